@@ -1,0 +1,53 @@
+# The two commands: `make serve` and `make test`. Both create the virtualenv when needed.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+STAMP  := $(VENV)/.kbroker-installed
+TEST_STAMP := $(VENV)/.kbroker-test-installed
+JS_DIR := tests/compat/js
+
+.PHONY: serve test test-all lint bench install install-test clean-data tools
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PIP) install -q -e .
+	touch $@
+
+$(TEST_STAMP): pyproject.toml | $(PY)
+	$(PIP) install -q -e '.[test]'
+	touch $(STAMP) $@
+
+install: $(STAMP)
+
+install-test: $(TEST_STAMP) tools
+
+# Client tools used by the compatibility tests: kcat (Debian) and kafkajs (npm).
+tools:
+	@command -v kcat >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && apt-get install -y -qq kcat) >/dev/null; \
+	  else echo "note: kcat not installed (apt-get install kcat); its tests will be skipped"; fi; }
+	@if command -v npm >/dev/null 2>&1 && [ -f $(JS_DIR)/package-lock.json ] && [ ! -d $(JS_DIR)/node_modules ]; then \
+	  cd $(JS_DIR) && npm ci --silent --no-audit --no-fund; fi
+
+serve: $(STAMP)
+	$(VENV)/bin/kbroker serve config/server.properties
+
+test: install-test
+	$(PY) -m pytest -q
+
+test-all: install-test
+	$(PY) -m pytest -q -m ''
+
+lint: install-test
+	$(VENV)/bin/ruff check .
+
+bench: install-test
+	$(PIP) install -q -e '.[bench]'
+	$(PY) benchmarks/produce_consume.py
+
+clean-data:
+	rm -rf ./data

@@ -1,0 +1,1 @@
+"""The broker: asyncio server, request handlers, metadata, configuration and the CLI."""

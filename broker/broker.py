@@ -1,0 +1,206 @@
+"""The broker process: wires config, metadata, storage, coordinators and the server together,
+runs the background schedulers (flush, retention, checkpoints, cleaner) and shuts down cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from storage.log_config import LogConfig
+from storage.log_manager import LogManager
+
+from broker.config import BrokerConfig, log_config_properties
+from broker.handlers import load_handlers
+from broker.metadata import BrokerInfo, LocalMetadataStore, MetadataStore, TopicInfo
+from broker.replica_manager import ReplicaManager
+from broker.server import KafkaServer
+
+log = logging.getLogger("broker")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.node_id: int = config.node_id
+        self.log_dirs = [Path(d).resolve() for d in config.log_dirs]
+        self.metadata: MetadataStore
+        self.log_manager: LogManager
+        self.replica_manager = ReplicaManager(self)
+        self.server = KafkaServer(self)
+        self.producer_ids: Any = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = asyncio.Event()
+        self.bound: list[tuple[str, int]] = []
+
+    # --- configuration helpers ---------------------------------------------------------------
+
+    def topic_properties(self, overrides: dict[str, str]) -> dict[str, str]:
+        return log_config_properties(overrides, self.config)
+
+    def log_config_for(self, overrides: dict[str, str]) -> LogConfig:
+        return LogConfig.from_properties(self.topic_properties(overrides))
+
+    def max_message_bytes_for(self, overrides: dict[str, str]) -> int:
+        return int(self.topic_properties(overrides).get("max.message.bytes", self.config.message_max_bytes))
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        load_handlers()
+        for d in self.log_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+        advertised = self.config.advertised_listeners[0]
+        self.metadata = LocalMetadataStore(self.log_dirs[0], BrokerInfo(self.node_id, advertised.host, advertised.port),
+                                           cluster_id=self.config.get("cluster.id") or None)
+        self._write_meta_properties()
+        for name, value in self.metadata.broker_dynamic_configs().items():
+            default = name.startswith("cluster-default:")
+            self.config.set_dynamic(name.removeprefix("cluster-default:"), value, cluster_default=default)
+        self.log_manager = LogManager(self.log_dirs, self.log_config_for({}),
+                                      producer_state_factory=self._producer_state_factory())
+        t0 = time.perf_counter()
+        self.log_manager.startup()
+        for info in self.metadata.topics().values():
+            self.replica_manager.ensure_topic(info.name, info.num_partitions, info.configs)
+        known = set(self.metadata.topics())
+        for lg in list(self.log_manager.all_logs()):
+            if lg.topic not in known:
+                log.warning("log %s belongs to no known topic; leaving it untouched", lg.dir)
+        log.info("loaded %d partitions of %d topics in %.1f ms", len(self.replica_manager.partitions),
+                 len(known), (time.perf_counter() - t0) * 1000)
+        self.metadata.add_listener(self._on_metadata_event)
+        self._init_producer_ids()
+        self.bound = await self.server.start()
+        if advertised.port == 0 and self.bound:
+            # Ephemeral listener port: advertise what was actually bound.
+            self.metadata.brokers()[0].port = self.bound[0][1]
+        self._start_schedulers()
+        log.info("kbroker node %d started (cluster id %s), log dirs %s", self.node_id, self.metadata.cluster_id,
+                 ", ".join(map(str, self.log_dirs)))
+
+    def _producer_state_factory(self) -> Callable[[Path], Any] | None:
+        try:
+            from storage.producer_state import ProducerStateManager
+        except ImportError:
+            return None
+        expiration = int(self.config.get("producer.id.expiration.ms"))
+        return lambda d: ProducerStateManager(d, producer_id_expiration_ms=expiration)
+
+    def _init_producer_ids(self) -> None:
+        try:
+            from coordinator.producer_id_manager import ProducerIdManager
+        except ImportError:
+            return
+        self.producer_ids = ProducerIdManager(self.log_dirs[0] / "kbroker-producer-id-block")
+
+    def _write_meta_properties(self) -> None:
+        for d in self.log_dirs:
+            path = d / "meta.properties"
+            if path.exists():
+                continue
+            dir_id = uuid.uuid4()
+            path.write_text(
+                "#\n#kbroker\n"
+                f"node.id={self.node_id}\n"
+                f"directory.id={_uuid_str(dir_id)}\n"
+                "version=1\n"
+                f"cluster.id={self.metadata.cluster_id}\n"
+            )
+
+    def _on_metadata_event(self, event: str, info: TopicInfo) -> None:
+        if event in ("created", "partitions"):
+            self.replica_manager.ensure_topic(info.name, info.num_partitions, info.configs)
+        elif event == "deleted":
+            self.replica_manager.remove_topic(info.name)
+        elif event == "configs":
+            self.replica_manager.update_configs(info.name, info.configs)
+
+    async def create_topic(self, name: str, num_partitions: int, configs: dict[str, str],
+                           *, internal: bool = False) -> TopicInfo:
+        return await self.metadata.create_topic(name, num_partitions, configs, internal=internal)
+
+    # --- schedulers --------------------------------------------------------------------------
+
+    def _every(self, interval_ms: int, fn: Callable[[], Awaitable[None]], name: str) -> None:
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(interval_ms / 1000)
+                try:
+                    await fn()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("background task %s failed", name)
+
+        self._tasks.append(asyncio.create_task(loop(), name=name))
+
+    def _start_schedulers(self) -> None:
+        cfg = self.config
+        # Kafka's default scheduler interval is "never"; topics with flush.ms still need checking.
+        self._every(min(int(cfg.get("log.flush.scheduler.interval.ms")), 1000), self._flush_due, "log-flusher")
+        self._every(int(cfg.get("log.retention.check.interval.ms")), self._retention, "log-retention")
+        self._every(int(cfg.get("log.flush.offset.checkpoint.interval.ms")), self._checkpoint, "checkpoint")
+        if cfg.get("log.cleaner.enable"):
+            self._every(int(cfg.get("log.cleaner.backoff.ms")), self._clean, "log-cleaner")
+
+    async def _flush_due(self) -> None:
+        now = _now_ms()
+        loop = asyncio.get_running_loop()
+        for part in list(self.replica_manager.all()):
+            if part.log.needs_flush(now):
+                await loop.run_in_executor(None, part.log.flush)
+
+    async def _retention(self) -> None:
+        now = _now_ms()
+        for part in list(self.replica_manager.all()):
+            deleted = part.log.apply_retention(now)
+            if deleted:
+                log.info("retention deleted %d segment(s) of %s-%d; log start offset now %d", deleted,
+                         part.topic, part.index, part.log.log_start_offset)
+
+    async def _checkpoint(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.log_manager.checkpoint)
+
+    async def _clean(self) -> None:
+        try:
+            from storage.cleaner import LogCleaner, should_clean
+        except ImportError:
+            return
+        cleaner = LogCleaner()
+        loop = asyncio.get_running_loop()
+        now = _now_ms()
+        for part in list(self.replica_manager.all()):
+            if "compact" in part.log.config.cleanup_policy and should_clean(part.log, now):
+                stats = await loop.run_in_executor(None, cleaner.clean_log, part.log, now)
+                log.info("cleaned %s-%d: %s", part.topic, part.index, stats)
+
+    async def run_until_stopped(self) -> None:
+        await self._stopped.wait()
+
+    def request_stop(self) -> None:
+        self._stopped.set()
+
+    async def stop(self) -> None:
+        log.info("shutting down")
+        await self.server.stop()
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
+        log.info("shut down cleanly")
+
+
+def _uuid_str(u: uuid.UUID) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(u.bytes).decode().rstrip("=")

@@ -1,0 +1,76 @@
+"""Request handlers, one module per Kafka API family, and the registry that maps an api key
+to the versions kbroker serves and the coroutine that serves them.
+
+A handler is ``async def handle(ctx: RequestContext, request) -> response | None`` where
+``request`` is the decoded kafka-python struct and the response is a kafka-python struct of
+the same version (None when no response is due, e.g. Produce with acks=0).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+
+@dataclass(slots=True)
+class RequestContext:
+    broker: Broker
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    client_host: str
+    client_port: int
+    connection_id: int
+
+
+Handler = Callable[[RequestContext, Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    api_key: int
+    min_version: int
+    max_version: int
+    handler: Handler
+
+
+HANDLERS: dict[int, Registration] = {}
+
+HANDLER_MODULES = (
+    "api_versions",
+    "metadata",
+    "topics",
+    "produce",
+    "fetch",
+    "list_offsets",
+    "configs",
+    "cluster",
+    "records",
+    "producer_id",
+)
+
+
+def api(api_key: int, min_version: int, max_version: int) -> Callable[[Handler], Handler]:
+    """Register a handler for ``api_key`` serving versions ``min_version..max_version``."""
+
+    def deco(fn: Handler) -> Handler:
+        HANDLERS[api_key] = Registration(api_key, min_version, max_version, fn)
+        return fn
+
+    return deco
+
+
+def load_handlers() -> dict[int, Registration]:
+    for name in HANDLER_MODULES:
+        try:
+            importlib.import_module(f"broker.handlers.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"broker.handlers.{name}":
+                raise
+    return HANDLERS

@@ -1,0 +1,184 @@
+"""DescribeConfigs (32) v1-4, AlterConfigs (33) v0-2, IncrementalAlterConfigs (44) v0-1.
+
+Resources: TOPIC (2) and BROKER (4; name = this node's id, or "" for the cluster-wide dynamic
+default). Topic entries carry Kafka's sources (1 topic override, 4 static broker synonym,
+5 default, ...), synonyms when asked (v1+) and documentation (v3+). AlterConfigs replaces a
+topic's whole override set; IncrementalAlterConfigs applies SET / DELETE / APPEND / SUBTRACT
+per key. Changes are validated first (INVALID_CONFIG, nothing applied), persisted in the
+MetadataStore, and take effect on the live partitions at once. Broker configs can be changed
+only where Kafka allows dynamic updates. BROKER_LOGGER (8) is not supported (INVALID_REQUEST).
+"""
+
+from __future__ import annotations
+
+from kafka.protocol.admin import (
+    AlterConfigsResponse,
+    DescribeConfigsResponse,
+    IncrementalAlterConfigsResponse,
+)
+
+from broker.config import (
+    TOPIC_CONFIGS,
+    ConfigEntry,
+    ConfigError,
+    describe_topic_config,
+    validate_topic_configs,
+)
+from broker.handlers import RequestContext, api
+from protocol.errors import ErrorCode, KafkaError
+
+TOPIC, BROKER = 2, 4
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+Result = DescribeConfigsResponse.DescribeConfigsResult
+Entry = Result.DescribeConfigsResourceResult
+Synonym = Entry.DescribeConfigsSynonym
+
+
+def _check_broker_name(ctx: RequestContext, name: str) -> bool:
+    """True for the cluster default (""), False for this broker; other ids are an error."""
+    if name == "":
+        return True
+    try:
+        if int(name) == ctx.broker.node_id:
+            return False
+    except ValueError:
+        pass
+    raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {ctx.broker.node_id} or empty "
+                                                f"string, but received {name}")
+
+
+def _entries(ctx: RequestContext, rtype: int, name: str) -> list[ConfigEntry]:
+    if rtype == TOPIC:
+        info = ctx.broker.metadata.get_topic(name)
+        if info is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
+        return describe_topic_config(info.configs, ctx.broker.config)
+    if rtype == BROKER:
+        _check_broker_name(ctx, name)
+        return ctx.broker.config.describe()
+    raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}")
+
+
+@api(32, 1, 4)
+async def handle_describe_configs(ctx: RequestContext, request) -> DescribeConfigsResponse:
+    v = ctx.api_version
+    results = []
+    for res in request.resources:
+        try:
+            entries = _entries(ctx, res.resource_type, res.resource_name)
+            keys = set(res.configuration_keys) if res.configuration_keys is not None else None
+            configs = [
+                Entry(version=v, name=e.name, value=None if e.sensitive else e.value, read_only=e.read_only,
+                      config_source=e.source, is_default=e.is_default, is_sensitive=e.sensitive,
+                      synonyms=[Synonym(version=v, name=s.name, value=s.value, source=s.source) for s in e.synonyms]
+                      if request.include_synonyms else [],
+                      config_type=e.config_type,
+                      documentation=e.documentation if request.include_documentation else None)
+                for e in entries if keys is None or e.name in keys
+            ]
+            results.append(Result(version=v, error_code=0, error_message=None, resource_type=res.resource_type,
+                                  resource_name=res.resource_name, configs=configs))
+        except KafkaError as e:
+            results.append(Result(version=v, error_code=e.code, error_message=e.message,
+                                  resource_type=res.resource_type, resource_name=res.resource_name, configs=[]))
+    return DescribeConfigsResponse(version=v, throttle_time_ms=0, results=results)
+
+
+def _apply_ops(current: dict[str, str], ops: list[tuple[str, int, str | None]], list_names: set[str]) -> dict[str, str]:
+    new = dict(current)
+    for name, op, value in ops:
+        if op == SET:
+            if value is None:
+                raise ConfigError(f"Null value not supported for SET of {name}")
+            new[name] = value
+        elif op == DELETE:
+            new.pop(name, None)
+        elif op in (APPEND, SUBTRACT):
+            if name not in list_names:
+                raise ConfigError(f"Config value append/subtract is not allowed for config key {name}, "
+                                  "which is not a list")
+            items = [x.strip() for x in new.get(name, "").split(",") if x.strip()]
+            values = [x.strip() for x in (value or "").split(",") if x.strip()]
+            if op == APPEND:
+                items += [x for x in values if x not in items]
+            else:
+                items = [x for x in items if x not in values]
+            new[name] = ",".join(items)
+        else:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown config operation {op}")
+    return new
+
+
+async def _alter(ctx: RequestContext, rtype: int, name: str, ops: list[tuple[str, int, str | None]],
+                 replace: bool, validate_only: bool) -> None:
+    broker = ctx.broker
+    if rtype == TOPIC:
+        info = broker.metadata.get_topic(name)
+        if info is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
+        base = {} if replace else info.configs
+        list_names = {n for n, d in TOPIC_CONFIGS.items() if d.type == "list"}
+        try:
+            new = _apply_ops(base, ops, list_names)
+            validate_topic_configs(new)
+        except ConfigError as e:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
+        if not validate_only:
+            await broker.metadata.set_topic_configs(name, new)
+    elif rtype == BROKER:
+        cluster_default = _check_broker_name(ctx, name)
+        cfg = broker.config
+        current = dict(cfg.dynamic_default if cluster_default else cfg.dynamic)
+        try:
+            new = _apply_ops({} if replace else current, ops, set())
+            for key in set(current) | set(new):
+                cfg.validate_dynamic(key, new.get(key))
+        except ConfigError as e:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
+        if not validate_only:
+            for key in set(current) | set(new):
+                if current.get(key) != new.get(key):
+                    cfg.set_dynamic(key, new.get(key), cluster_default=cluster_default)
+            stored = {k: v for k, v in cfg.dynamic.items()}
+            stored.update({f"cluster-default:{k}": v for k, v in cfg.dynamic_default.items()})
+            await broker.metadata.set_broker_dynamic_configs(stored)
+    else:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}")
+
+
+@api(33, 0, 2)
+async def handle_alter_configs(ctx: RequestContext, request) -> AlterConfigsResponse:
+    v = ctx.api_version
+    out = []
+    for res in request.resources:
+        code, msg = ErrorCode.NONE, None
+        try:
+            ops = [(c.name, SET, c.value) for c in res.configs]
+            await _alter(ctx, res.resource_type, res.resource_name, ops, True, request.validate_only)
+        except KafkaError as e:
+            code, msg = e.code, e.message
+        out.append(AlterConfigsResponse.AlterConfigsResourceResponse(
+            version=v, error_code=code, error_message=msg, resource_type=res.resource_type,
+            resource_name=res.resource_name))
+    return AlterConfigsResponse(version=v, throttle_time_ms=0, responses=out)
+
+
+@api(44, 0, 1)
+async def handle_incremental_alter_configs(ctx: RequestContext, request) -> IncrementalAlterConfigsResponse:
+    v = ctx.api_version
+    out = []
+    for res in request.resources:
+        code, msg = ErrorCode.NONE, None
+        try:
+            names = [c.name for c in res.configs]
+            if len(names) != len(set(names)):
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+            ops = [(c.name, c.config_operation, c.value) for c in res.configs]
+            await _alter(ctx, res.resource_type, res.resource_name, ops, False, request.validate_only)
+        except KafkaError as e:
+            code, msg = e.code, e.message
+        out.append(IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
+            version=v, error_code=code, error_message=msg, resource_type=res.resource_type,
+            resource_name=res.resource_name))
+    return IncrementalAlterConfigsResponse(version=v, throttle_time_ms=0, responses=out)

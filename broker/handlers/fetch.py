@@ -1,0 +1,169 @@
+"""Fetch (key 1), versions 4-17.
+
+Returns whole record batches as stored (segment byte ranges, never re-encoded) from each
+requested partition, bounded by ``partition_max_bytes`` and the response ``max_bytes``; the
+first partition with data always gets at least one whole batch (so a batch larger than the
+limits still makes progress, as in Kafka). read_uncommitted reads up to the high watermark,
+read_committed up to the last stable offset and attaches the aborted transactions overlapping
+the returned range. When less than ``min_bytes`` is available the request parks for up to
+``max_wait_ms`` and is woken by any append to one of its partitions.
+
+Errors per partition: UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID (v13+ topic ids),
+OFFSET_OUT_OF_RANGE, FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH for a mismatching
+current_leader_epoch.
+
+Fetch sessions (KIP-227): kbroker does not create sessions. A full fetch (session id 0) is
+answered with session id 0, which tells the client that no session was created, so it keeps
+sending full requests; an incremental fetch naming a session gets FETCH_SESSION_ID_NOT_FOUND.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from kafka.protocol.consumer import FetchResponse
+from storage.log import OffsetOutOfRangeError
+
+from broker.handlers import RequestContext, api
+from broker.replica_manager import Partition
+from protocol.errors import ErrorCode
+
+TopicResp = FetchResponse.FetchableTopicResponse
+PartData = TopicResp.PartitionData
+Aborted = PartData.AbortedTransaction
+
+READ_COMMITTED = 1
+
+
+@dataclass(slots=True)
+class _Item:
+    topic: str | None
+    topic_id: object
+    index: int
+    fetch_offset: int
+    max_bytes: int
+    leader_epoch: int
+    part: Partition | None
+    error: ErrorCode = ErrorCode.NONE
+
+
+@dataclass(slots=True)
+class _Result:
+    error: ErrorCode
+    hw: int
+    lso: int
+    log_start: int
+    records: bytes
+    aborted: list | None
+
+
+def _resolve(ctx: RequestContext, request) -> list[_Item]:
+    md = ctx.broker.metadata
+    rm = ctx.broker.replica_manager
+    use_ids = ctx.api_version >= 13
+    items = []
+    for t in request.topics:
+        if use_ids:
+            info = md.get_topic_by_id(t.topic_id)
+            name = info.name if info else None
+            missing = ErrorCode.UNKNOWN_TOPIC_ID
+        else:
+            name = t.topic
+            missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        for p in t.partitions:
+            part = rm.get(name, p.partition) if name is not None else None
+            item = _Item(name, getattr(t, "topic_id", None), p.partition, p.fetch_offset, p.partition_max_bytes,
+                         p.current_leader_epoch, part)
+            if part is None:
+                item.error = missing if name is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif p.current_leader_epoch >= 0 and p.current_leader_epoch != part.leader_epoch:
+                item.error = (ErrorCode.FENCED_LEADER_EPOCH if p.current_leader_epoch < part.leader_epoch
+                              else ErrorCode.UNKNOWN_LEADER_EPOCH)
+            items.append(item)
+    return items
+
+
+def _read(items: list[_Item], max_bytes: int, isolation: int) -> tuple[list[_Result], int, bool]:
+    results = []
+    total = 0
+    errors = False
+    for it in items:
+        part = it.part
+        if it.error or part is None:
+            results.append(_Result(it.error, -1, -1, -1, b"", None))
+            errors = True
+            continue
+        lg = part.log
+        hw = part.high_watermark
+        lso = part.last_stable_offset
+        upper = lso if isolation == READ_COMMITTED else hw
+        try:
+            limit = min(it.max_bytes, max(max_bytes - total, 0))
+            rr = lg.read(it.fetch_offset, limit, max_offset=upper, min_one_batch=total == 0)
+        except OffsetOutOfRangeError:
+            results.append(_Result(ErrorCode.OFFSET_OUT_OF_RANGE, hw, lso, lg.log_start_offset, b"", None))
+            errors = True
+            continue
+        records = rr.chunks[0] if len(rr.chunks) == 1 else b"".join(rr.chunks)
+        aborted = None
+        if isolation == READ_COMMITTED:
+            aborted = []
+            if rr.size:
+                aborted = [(a.producer_id, a.first_offset)
+                           for a in lg.collect_aborted_txns(it.fetch_offset, upper)]
+        total += rr.size
+        results.append(_Result(ErrorCode.NONE, hw, lso, lg.log_start_offset, records, aborted))
+    return results, total, errors
+
+
+@api(1, 4, 17)
+async def handle_fetch(ctx: RequestContext, request) -> FetchResponse:
+    v = ctx.api_version
+    if v >= 7 and request.session_id != 0:
+        return FetchResponse(version=v, throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+                             session_id=0, responses=[])
+    items = _resolve(ctx, request)
+    isolation = request.isolation_level
+    max_bytes = request.max_bytes
+    results, total, errors = _read(items, max_bytes, isolation)
+    if total < request.min_bytes and request.max_wait_ms > 0 and not errors:
+        loop = asyncio.get_running_loop()
+        deadline = time.monotonic() + request.max_wait_ms / 1000
+        parts = [it.part for it in items if it.part is not None]
+        while total < request.min_bytes:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            fut: asyncio.Future[None] = loop.create_future()
+            for p in parts:
+                p.add_waiter(fut)
+            try:
+                await asyncio.wait_for(fut, remaining)
+            except TimeoutError:
+                pass
+            finally:
+                for p in parts:
+                    p.remove_waiter(fut)
+            items = _resolve(ctx, request)
+            results, total, errors = _read(items, max_bytes, isolation)
+            if errors:
+                break
+    return _build_response(v, request, items, results)
+
+
+def _build_response(v: int, request, items: list[_Item], results: list[_Result]) -> FetchResponse:
+    topics: list[TopicResp] = []
+    current = None
+    for it, r in zip(items, results, strict=True):
+        if current is None or current.topic != it.topic or (v >= 13 and current.topic_id != it.topic_id):
+            current = TopicResp(version=v, topic=it.topic, topic_id=it.topic_id, partitions=[])
+            topics.append(current)
+        aborted = None if r.aborted is None else [Aborted(version=v, producer_id=pid, first_offset=fo)
+                                                  for pid, fo in r.aborted]
+        current.partitions.append(PartData(version=v, partition_index=it.index, error_code=r.error,
+                                           high_watermark=r.hw, last_stable_offset=r.lso, log_start_offset=r.log_start,
+                                           aborted_transactions=aborted, preferred_read_replica=-1,
+                                           records=r.records))
+    return FetchResponse(version=v, throttle_time_ms=0, error_code=0, session_id=0, responses=topics)

@@ -1,0 +1,86 @@
+"""ListOffsets (key 2), versions 1-10.
+
+Special timestamps: -1 latest (high watermark; last stable offset for read_committed),
+-2 earliest (log start offset), -3 max timestamp (v7+), -4 earliest local (= earliest: no
+tiered storage), -5 latest tiered (no tiered storage: offset -1). A timestamp >= 0 finds the
+first record with a timestamp >= it; none -> offset -1, timestamp -1. Lookups never reveal
+offsets at or above the last stable offset for read_committed (or the high watermark).
+The returned leader epoch is the epoch that wrote the offset, from the leader-epoch cache.
+"""
+
+from __future__ import annotations
+
+from kafka.protocol.consumer import ListOffsetsResponse
+
+from broker.handlers import RequestContext, api
+from protocol.errors import ErrorCode
+
+TopicResp = ListOffsetsResponse.ListOffsetsTopicResponse
+PartResp = TopicResp.ListOffsetsPartitionResponse
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+
+
+def epoch_for_offset(entries: list[tuple[int, int]], offset: int, default: int) -> int:
+    epoch = -1
+    for e, start in entries:
+        if start <= offset:
+            epoch = e
+        else:
+            break
+    return epoch if epoch >= 0 else default
+
+
+def lookup(part, timestamp: int, isolation: int) -> tuple[int, int]:
+    """(offset, timestamp) for one partition."""
+    lg = part.log
+    upper = part.last_stable_offset if isolation == 1 else part.high_watermark
+    if timestamp == LATEST:
+        return upper, -1
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return lg.log_start_offset, -1
+    if timestamp == LATEST_TIERED:
+        return -1, -1
+    if timestamp == MAX_TIMESTAMP:
+        found = lg.latest_timestamp()
+        if found is None:
+            return -1, -1
+        ts, off = found
+    elif timestamp >= 0:
+        found = lg.offset_for_timestamp(timestamp)
+        if found is None:
+            return -1, -1
+        off, ts = found
+    else:
+        return -1, -1
+    if off >= upper:
+        return -1, -1
+    return off, ts
+
+
+@api(2, 1, 10)
+async def handle_list_offsets(ctx: RequestContext, request) -> ListOffsetsResponse:
+    v = ctx.api_version
+    rm = ctx.broker.replica_manager
+    isolation = request.isolation_level if v >= 2 else 0
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            part = rm.get(t.name, p.partition_index)
+            code, off, ts, epoch = ErrorCode.NONE, -1, -1, -1
+            if part is None:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif v >= 4 and p.current_leader_epoch >= 0 and p.current_leader_epoch != part.leader_epoch:
+                code = (ErrorCode.FENCED_LEADER_EPOCH if p.current_leader_epoch < part.leader_epoch
+                        else ErrorCode.UNKNOWN_LEADER_EPOCH)
+            elif p.timestamp == MAX_TIMESTAMP and v < 7:
+                code = ErrorCode.UNSUPPORTED_VERSION
+            else:
+                off, ts = lookup(part, p.timestamp, isolation)
+                if off >= 0:
+                    epoch = epoch_for_offset(part.log.leader_epoch_entries, off, part.leader_epoch)
+            parts.append(PartResp(version=v, partition_index=p.partition_index, error_code=code, timestamp=ts,
+                                  offset=off, leader_epoch=epoch))
+        topics.append(TopicResp(version=v, name=t.name, partitions=parts))
+    return ListOffsetsResponse(version=v, throttle_time_ms=0, topics=topics)

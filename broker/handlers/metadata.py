@@ -1,0 +1,85 @@
+"""Metadata (key 3), versions 0-12.
+
+Returns the brokers, cluster id, controller and, per topic, its id (v10+), partitions, leader,
+leader epoch, replicas and ISR from the MetadataStore. ``topics`` null (v1+) or empty (v0) means
+every topic. Missing topics are auto-created when the request allows it (v4+) and
+``auto.create.topics.enable`` is true, with ``num.partitions`` partitions; unlike Kafka, which
+answers LEADER_NOT_AVAILABLE until the new leader is elected, kbroker creates synchronously and
+answers with the topic ready. Authorized operations are not computed (no ACLs yet): reported as
+Kafka's "not requested" value.
+"""
+
+from __future__ import annotations
+
+from kafka.protocol.metadata import MetadataResponse
+
+from broker.handlers import RequestContext, api
+from broker.metadata import TopicInfo, validate_topic_name
+from protocol.errors import ErrorCode, KafkaError
+
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+
+Topic = MetadataResponse.MetadataResponseTopic
+PartitionMeta = Topic.MetadataResponsePartition
+
+
+def topic_metadata(ctx: RequestContext, info: TopicInfo, version: int) -> Topic:
+    md = ctx.broker.metadata
+    parts = []
+    for p in range(info.num_partitions):
+        replicas = md.replicas(info.name, p)
+        parts.append(PartitionMeta(version=version, error_code=0, partition_index=p, leader_id=md.leader(info.name, p),
+                                   leader_epoch=md.leader_epoch(info.name, p), replica_nodes=replicas,
+                                   isr_nodes=md.isr(info.name, p), offline_replicas=[]))
+    return Topic(version=version, error_code=0, name=info.name, topic_id=info.topic_id, is_internal=info.internal,
+                 partitions=parts, authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+
+
+def error_topic(name: str | None, code: ErrorCode, version: int, topic_id=None) -> Topic:
+    return Topic(version=version, error_code=code, name=name, topic_id=topic_id, is_internal=False, partitions=[],
+                 authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+
+
+@api(3, 0, 12)
+async def handle_metadata(ctx: RequestContext, request) -> MetadataResponse:
+    v = ctx.api_version
+    broker = ctx.broker
+    md = broker.metadata
+    topics: list[Topic] = []
+    requested = request.topics
+    if requested is None or (v == 0 and not requested):
+        topics = [topic_metadata(ctx, info, v) for info in md.topics().values()]
+    else:
+        allow_auto = (request.allow_auto_topic_creation if v >= 4 else True) and broker.config.auto_create_topics_enable
+        for t in requested:
+            name = t.name
+            if name is None and getattr(t, "topic_id", None) is not None:
+                info = md.get_topic_by_id(t.topic_id)
+                topics.append(topic_metadata(ctx, info, v) if info else
+                              error_topic(None, ErrorCode.UNKNOWN_TOPIC_ID, v, t.topic_id))
+                continue
+            info = md.get_topic(name)
+            if info is None:
+                try:
+                    validate_topic_name(name)
+                except KafkaError as e:
+                    topics.append(error_topic(name, e.code, v))
+                    continue
+                if allow_auto and not name.startswith("__"):
+                    try:
+                        md.check_collision(name)
+                        info = await broker.create_topic(name, broker.config.num_partitions, {})
+                    except KafkaError as e:
+                        if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                            topics.append(error_topic(name, e.code, v))
+                            continue
+                        info = md.get_topic(name)
+            if info is None:
+                topics.append(error_topic(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, v))
+            else:
+                topics.append(topic_metadata(ctx, info, v))
+    brokers = [MetadataResponse.MetadataResponseBroker(version=v, node_id=b.node_id, host=b.host, port=b.port,
+                                                       rack=b.rack) for b in md.brokers()]
+    return MetadataResponse(version=v, throttle_time_ms=0, brokers=brokers, cluster_id=md.cluster_id,
+                            controller_id=md.controller_id, topics=topics,
+                            authorized_operations=AUTHORIZED_OPERATIONS_OMITTED, error_code=0)

@@ -1,0 +1,69 @@
+"""Produce (key 0), versions 3-12.
+
+Per partition: the v2 batch header is parsed and its CRC checked (storage.batch), never the
+records; offsets are assigned by patching the header and the bytes are appended as they came.
+Errors are per partition, as in Kafka: unknown topic/partition -> UNKNOWN_TOPIC_OR_PARTITION,
+internal topics -> INVALID_TOPIC_EXCEPTION, CRC mismatch or broken structure -> CORRUPT_MESSAGE
+(nothing stored), magic < 2 -> UNSUPPORTED_FOR_MESSAGE_FORMAT, more than one batch, control
+batches or inconsistent record counts -> INVALID_RECORD, too large -> MESSAGE_TOO_LARGE,
+idempotence violations -> the producer-state error codes; a duplicate of one of the last 5
+batches of a producer answers with the original base offset. acks must be -1, 0 or 1
+(INVALID_REQUIRED_ACKS). With acks=0 no response is sent and, like Kafka, a failed append closes
+the connection so the client notices. On one node acks=all equals acks=1 (the ISR is the leader).
+
+Deviation: v13 (topic ids in Produce) is not served yet.
+"""
+
+from __future__ import annotations
+
+from kafka.protocol.producer import ProduceResponse
+
+from broker.handlers import RequestContext, api
+from broker.metadata import INTERNAL_TOPICS
+from protocol.errors import ErrorCode
+
+TopicResp = ProduceResponse.TopicProduceResponse
+PartResp = TopicResp.PartitionProduceResponse
+
+
+
+
+@api(0, 3, 12)
+async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None:
+    v = ctx.api_version
+    rm = ctx.broker.replica_manager
+    acks = request.acks
+    responses = []
+    failed = False
+    for td in request.topic_data:
+        name = td.name
+        parts = []
+        for pd in td.partition_data:
+            if acks not in (-1, 0, 1):
+                outcome_code, base, lat, lso, msg = ErrorCode.INVALID_REQUIRED_ACKS, -1, -1, -1, None
+            elif name in INTERNAL_TOPICS:
+                outcome_code, base, lat, lso, msg = (ErrorCode.INVALID_TOPIC_EXCEPTION, -1, -1, -1,
+                                                     f"Cannot append to internal topic {name}")
+            else:
+                part = rm.get(name, pd.index)
+                if part is None:
+                    outcome_code, base, lat, lso, msg = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1,
+                                                         "This server does not host this topic-partition.")
+                elif pd.records is None:
+                    outcome_code, base, lat, lso, msg = ErrorCode.INVALID_RECORD, -1, -1, -1, "null records"
+                else:
+                    o = rm.append(part, bytearray(pd.records))
+                    outcome_code, base, lat, lso, msg = o.error, o.base_offset, o.log_append_time, o.log_start_offset, o.message
+            if outcome_code != ErrorCode.NONE:
+                failed = True
+            parts.append(PartResp(version=v, index=pd.index, error_code=outcome_code, base_offset=base,
+                                  log_append_time_ms=lat, log_start_offset=lso, record_errors=[],
+                                  error_message=msg if outcome_code else None))
+        responses.append(TopicResp(version=v, name=name, partition_responses=parts))
+    if acks == 0:
+        if failed:
+            from broker.server import CloseConnection
+
+            raise CloseConnection("a Produce with acks=0 failed; closing so the producer notices")
+        return None
+    return ProduceResponse(version=v, responses=responses, throttle_time_ms=0)

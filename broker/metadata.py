@@ -1,0 +1,257 @@
+"""Cluster metadata behind one interface: brokers, topics (ids, partition counts, configs), leaders.
+
+``MetadataStore`` is what handlers and coordinators use. ``LocalMetadataStore`` serves a single
+node and persists to ``<first log dir>/kbroker-metadata.json`` with atomic writes; a cluster
+implementation (etcd) will keep the same interface.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger("broker.metadata")
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+def validate_topic_name(name: str | None) -> None:
+    """Kafka's topic name rules; raises KafkaError(INVALID_TOPIC_EXCEPTION)."""
+    if not name:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                         f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters")
+    if not _LEGAL_TOPIC.match(name):
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                         f"Topic name '{name}' is illegal, it contains a character other than ASCII "
+                         "alphanumerics, '.', '_' and '-'")
+
+
+def unify_collision_chars(name: str) -> str:
+    return name.replace(".", "_")
+
+
+@dataclass(slots=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(slots=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    num_partitions: int
+    configs: dict[str, str] = field(default_factory=dict)
+    internal: bool = False
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "topic_id": str(self.topic_id), "num_partitions": self.num_partitions,
+                "configs": self.configs, "internal": self.internal}
+
+    @classmethod
+    def from_json(cls, d: dict) -> TopicInfo:
+        return cls(d["name"], uuid.UUID(d["topic_id"]), d["num_partitions"], dict(d.get("configs", {})),
+                   d.get("internal", False))
+
+
+# Listener signature: (event, topic_info) with event in {"created", "deleted", "partitions", "configs"}.
+MetadataListener = Callable[[str, TopicInfo], None]
+
+
+class MetadataStore(ABC):
+    """Everything a broker needs to know about the cluster."""
+
+    cluster_id: str
+    controller_id: int
+
+    def __init__(self) -> None:
+        self._listeners: list[MetadataListener] = []
+
+    def add_listener(self, fn: MetadataListener) -> None:
+        self._listeners.append(fn)
+
+    def _notify(self, event: str, topic: TopicInfo) -> None:
+        for fn in self._listeners:
+            fn(event, topic)
+
+    @abstractmethod
+    def brokers(self) -> list[BrokerInfo]: ...
+
+    @abstractmethod
+    def topics(self) -> dict[str, TopicInfo]: ...
+
+    def get_topic(self, name: str) -> TopicInfo | None:
+        return self.topics().get(name)
+
+    @abstractmethod
+    def get_topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None: ...
+
+    @abstractmethod
+    def leader(self, topic: str, partition: int) -> int: ...
+
+    @abstractmethod
+    def leader_epoch(self, topic: str, partition: int) -> int: ...
+
+    def replicas(self, topic: str, partition: int) -> list[int]:
+        return [self.leader(topic, partition)]
+
+    def isr(self, topic: str, partition: int) -> list[int]:
+        return self.replicas(topic, partition)
+
+    @abstractmethod
+    async def create_topic(self, name: str, num_partitions: int, configs: dict[str, str],
+                           *, internal: bool = False) -> TopicInfo: ...
+
+    @abstractmethod
+    async def delete_topic(self, name: str) -> TopicInfo: ...
+
+    @abstractmethod
+    async def add_partitions(self, name: str, total: int) -> TopicInfo: ...
+
+    @abstractmethod
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo: ...
+
+    @abstractmethod
+    def broker_dynamic_configs(self) -> dict[str, str]: ...
+
+    @abstractmethod
+    async def set_broker_dynamic_configs(self, configs: dict[str, str]) -> None: ...
+
+    def check_collision(self, name: str) -> None:
+        unified = unify_collision_chars(name)
+        for other in self.topics():
+            if other != name and unify_collision_chars(other) == unified:
+                raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                 f"Topic '{name}' collides with existing topic: {other}")
+
+
+class LocalMetadataStore(MetadataStore):
+    """Single-node metadata persisted as one JSON document (tmp + fsync + rename)."""
+
+    FILE_NAME = "kbroker-metadata.json"
+
+    def __init__(self, data_dir: Path, node: BrokerInfo, cluster_id: str | None = None) -> None:
+        super().__init__()
+        self.path = data_dir / self.FILE_NAME
+        self.node = node
+        self.controller_id = node.node_id
+        self._topics: dict[str, TopicInfo] = {}
+        self._by_id: dict[uuid.UUID, TopicInfo] = {}
+        self._broker_configs: dict[str, str] = {}
+        self.cluster_id = cluster_id or ""
+        self._load()
+
+    def _load(self) -> None:
+        if self.path.exists():
+            doc = json.loads(self.path.read_text())
+            self.cluster_id = self.cluster_id or doc.get("cluster_id", "")
+            for t in doc.get("topics", []):
+                info = TopicInfo.from_json(t)
+                self._topics[info.name] = info
+                self._by_id[info.topic_id] = info
+            self._broker_configs = dict(doc.get("broker_configs", {}))
+        if not self.cluster_id:
+            self.cluster_id = _new_cluster_id()
+            self._save()
+
+    def _save(self) -> None:
+        doc = {
+            "version": 1,
+            "cluster_id": self.cluster_id,
+            "topics": [t.to_json() for t in self._topics.values()],
+            "broker_configs": self._broker_configs,
+        }
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        dfd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    def brokers(self) -> list[BrokerInfo]:
+        return [self.node]
+
+    def topics(self) -> dict[str, TopicInfo]:
+        return self._topics
+
+    def get_topic(self, name: str) -> TopicInfo | None:
+        return self._topics.get(name)
+
+    def get_topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return self._by_id.get(topic_id)
+
+    def leader(self, topic: str, partition: int) -> int:
+        return self.node.node_id
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        return 0
+
+    async def create_topic(self, name: str, num_partitions: int, configs: dict[str, str],
+                           *, internal: bool = False) -> TopicInfo:
+        if name in self._topics:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        info = TopicInfo(name, uuid.uuid4(), num_partitions, dict(configs), internal or name in INTERNAL_TOPICS)
+        self._topics[name] = info
+        self._by_id[info.topic_id] = info
+        self._save()
+        self._notify("created", info)
+        return info
+
+    async def delete_topic(self, name: str) -> TopicInfo:
+        info = self._topics.pop(name, None)
+        if info is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        self._by_id.pop(info.topic_id, None)
+        self._save()
+        self._notify("deleted", info)
+        return info
+
+    async def add_partitions(self, name: str, total: int) -> TopicInfo:
+        info = self._topics[name]
+        info.num_partitions = total
+        self._save()
+        self._notify("partitions", info)
+        return info
+
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
+        info = self._topics[name]
+        info.configs = dict(configs)
+        self._save()
+        self._notify("configs", info)
+        return info
+
+    def broker_dynamic_configs(self) -> dict[str, str]:
+        return dict(self._broker_configs)
+
+    async def set_broker_dynamic_configs(self, configs: dict[str, str]) -> None:
+        self._broker_configs = dict(configs)
+        self._save()
+
+
+def _new_cluster_id() -> str:
+    """22-character URL-safe base64 of a random UUID, like Kafka's Uuid.randomUuid().toString()."""
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

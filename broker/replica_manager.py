@@ -1,0 +1,172 @@
+"""Partitions this broker leads: their logs, high watermark / LSO, appends and fetch wake-ups.
+
+Handlers reach storage only through here, so that replication (follower fetch, ISR, a high
+watermark below the log end) can later change what "committed" means in one place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from protocol.errors import ErrorCode, KafkaError
+from storage import batch as B
+
+if TYPE_CHECKING:
+    from storage.log import Log
+
+    from broker.broker import Broker
+
+log = logging.getLogger("broker.replica_manager")
+
+
+@dataclass(slots=True)
+class AppendOutcome:
+    error: ErrorCode = ErrorCode.NONE
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+    record_errors: list[tuple[int, str | None]] = field(default_factory=list)
+
+
+class Partition:
+    """One partition led by this broker."""
+
+    __slots__ = ("topic", "index", "log", "leader_epoch", "_waiters", "producer_state", "max_message_bytes")
+
+    def __init__(self, topic: str, index: int, log: Log, leader_epoch: int, max_message_bytes: int) -> None:
+        self.topic = topic
+        self.max_message_bytes = max_message_bytes
+        self.index = index
+        self.log = log
+        self.leader_epoch = leader_epoch
+        self._waiters: set[asyncio.Future[None]] = set()
+        self.producer_state = getattr(log, "producer_state", None)
+
+    @property
+    def high_watermark(self) -> int:
+        # Single replica: everything appended is committed. Replication will track follower LEOs.
+        return self.log.log_end_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        ps = self.producer_state
+        first_unstable = ps.first_unstable_offset() if ps is not None else None
+        hw = self.high_watermark
+        return hw if first_unstable is None else min(first_unstable, hw)
+
+    def add_waiter(self, fut: asyncio.Future[None]) -> None:
+        self._waiters.add(fut)
+
+    def remove_waiter(self, fut: asyncio.Future[None]) -> None:
+        self._waiters.discard(fut)
+
+    def wake_waiters(self) -> None:
+        if self._waiters:
+            for fut in self._waiters:
+                if not fut.done():
+                    fut.set_result(None)
+            self._waiters.clear()
+
+
+def validate_batches(buf: bytearray, max_message_bytes: int) -> list[B.BatchHeader]:
+    """Header-level validation of a produce request's records for one partition (v3+ rules)."""
+    try:
+        headers = list(B.iter_headers(buf, check=True))
+    except B.UnsupportedMagicError as e:
+        raise KafkaError(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, str(e)) from None
+    except B.InvalidBatchError as e:
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, str(e)) from None
+    if len(headers) != 1:
+        raise KafkaError(ErrorCode.INVALID_RECORD,
+                         f"Produce requests of version 3 and above must contain exactly one record batch, got {len(headers)}")
+    h = headers[0]
+    if h.size > max_message_bytes:
+        raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
+                         f"The record batch size {h.size} exceeds max.message.bytes {max_message_bytes}")
+    if h.is_control:
+        raise KafkaError(ErrorCode.INVALID_RECORD, "Clients are not allowed to write control records")
+    if h.records_count <= 0 or h.last_offset_delta != h.records_count - 1:
+        raise KafkaError(ErrorCode.INVALID_RECORD,
+                         f"Batch has {h.records_count} records but last offset delta {h.last_offset_delta}")
+    return headers
+
+
+class ReplicaManager:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.partitions: dict[tuple[str, int], Partition] = {}
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def ensure_topic(self, topic: str, num_partitions: int, configs: dict[str, str]) -> None:
+        log_config = self.broker.log_config_for(configs)
+        max_bytes = self.broker.max_message_bytes_for(configs)
+        for p in range(num_partitions):
+            if (topic, p) not in self.partitions:
+                lg = self.broker.log_manager.get_or_create_log(topic, p, log_config)
+                epoch = self.broker.metadata.leader_epoch(topic, p)
+                lg.assign_leader_epoch(epoch, lg.log_end_offset)
+                self.partitions[(topic, p)] = Partition(topic, p, lg, epoch, max_bytes)
+
+    def remove_topic(self, topic: str) -> None:
+        for key in [k for k in self.partitions if k[0] == topic]:
+            part = self.partitions.pop(key)
+            part.wake_waiters()
+            self.broker.log_manager.delete_log(*key)
+
+    def update_configs(self, topic: str, configs: dict[str, str]) -> None:
+        log_config = self.broker.log_config_for(configs)
+        max_bytes = self.broker.max_message_bytes_for(configs)
+        for (t, _), part in self.partitions.items():
+            if t == topic:
+                part.log.update_config(log_config)
+                part.max_message_bytes = max_bytes
+
+    def get(self, topic: str, partition: int) -> Partition | None:
+        return self.partitions.get((topic, partition))
+
+    def all(self) -> Iterable[Partition]:
+        return self.partitions.values()
+
+    # --- produce ---------------------------------------------------------------------------
+
+    def append(self, part: Partition, buf: bytearray, *, now_ms: int | None = None) -> AppendOutcome:
+        """Validate and append one client batch; duplicates of recent idempotent batches are
+        answered with their original offsets and not written again."""
+        lg = part.log
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        try:
+            headers = validate_batches(buf, part.max_message_bytes)
+            h = headers[0]
+            ps = part.producer_state
+            if ps is not None and h.has_producer_id:
+                dup = ps.check_duplicate(h)
+                if dup is not None:
+                    return AppendOutcome(base_offset=dup.first_offset, log_start_offset=lg.log_start_offset)
+                ps.validate(h, now_ms=now)
+            result = lg.append(buf, headers, leader_epoch=part.leader_epoch, now_ms=now)
+            if ps is not None and h.has_producer_id:
+                ps.update(h, now_ms=now)
+        except KafkaError as e:
+            return AppendOutcome(error=e.code, message=e.message, log_start_offset=lg.log_start_offset)
+        except Exception as e:  # a producer-state error carries a Kafka code
+            code = getattr(e, "error_code", None)
+            if code is None:
+                raise
+            return AppendOutcome(error=ErrorCode(code), message=str(e), log_start_offset=lg.log_start_offset)
+        part.wake_waiters()
+        return AppendOutcome(base_offset=result.first_offset, log_append_time=result.log_append_time,
+                             log_start_offset=lg.log_start_offset)
+
+    def append_control(self, part: Partition, buf: bytearray) -> int:
+        """Append a coordinator-built batch (transaction marker, coordinator record)."""
+        headers = list(B.iter_headers(buf, check=True))
+        result = part.log.append(buf, headers, leader_epoch=part.leader_epoch, now_ms=int(time.time() * 1000))
+        part.wake_waiters()
+        return result.first_offset

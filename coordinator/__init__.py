@@ -1,0 +1,1 @@
+"""Coordinators (groups, transactions): state machines persisted in internal topics."""
