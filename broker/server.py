@@ -64,8 +64,7 @@ class KafkaConnection(asyncio.Protocol):
     # --- transport callbacks ----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = (peer[0], peer[1])

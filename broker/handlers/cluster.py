@@ -17,7 +17,7 @@ from kafka.protocol.admin import DescribeClusterResponse, DescribeLogDirsRespons
 from broker.handlers import RequestContext, api
 from protocol.errors import ErrorCode
 
-AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+AUTHORIZED_OPERATIONS_OMITTED = None  # encodes as Kafka's INT32_MIN "not requested"
 
 
 @api(60, 0, 1)

@@ -17,7 +17,7 @@ from broker.handlers import RequestContext, api
 from broker.metadata import TopicInfo, validate_topic_name
 from protocol.errors import ErrorCode, KafkaError
 
-AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+AUTHORIZED_OPERATIONS_OMITTED = None  # encodes as Kafka's INT32_MIN "not requested"
 
 Topic = MetadataResponse.MetadataResponseTopic
 PartitionMeta = Topic.MetadataResponsePartition
