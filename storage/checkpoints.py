@@ -1,0 +1,152 @@
+"""Kafka's small text checkpoint files and the clean-shutdown marker.
+
+* ``recovery-point-offset-checkpoint`` / ``log-start-offset-checkpoint`` (one per log dir):
+  a version line ``0``, a count line, then ``topic partition offset`` lines.
+* ``leader-epoch-checkpoint`` (one per partition dir): ``0``, count, ``epoch startOffset`` lines.
+* ``.kafka_cleanshutdown`` (one per log dir): JSON ``{"version":0,"brokerEpoch":N}``.
+
+Every write is atomic like Kafka's CheckpointFile: write ``<name>.tmp``, fsync, rename over the
+target, fsync the directory, so a crash leaves either the old or the new file, never a torn one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+CHECKPOINT_VERSION = 0
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is malformed (Kafka: 'Malformed line in checkpoint file')."""
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename/create inside ``path`` durable."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        data = text.encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def _read_lines(path: Path, fields: int) -> list[list[str]]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    lines = text.splitlines()
+    if len(lines) < 2:
+        raise CheckpointError(f"{path}: missing version or count line")
+    try:
+        version = int(lines[0].strip())
+        count = int(lines[1].strip())
+    except ValueError as e:
+        raise CheckpointError(f"{path}: malformed header: {e}") from e
+    if version != CHECKPOINT_VERSION:
+        raise CheckpointError(f"{path}: unrecognised version {version}")
+    body = [ln for ln in lines[2:] if ln.strip()]
+    if len(body) != count:
+        raise CheckpointError(f"{path}: expected {count} entries, found {len(body)}")
+    out = []
+    for ln in body:
+        parts = ln.split()
+        if len(parts) != fields:
+            raise CheckpointError(f"{path}: malformed line {ln!r}")
+        out.append(parts)
+    return out
+
+
+class OffsetCheckpointFile:
+    """``topic partition offset`` checkpoints (recovery points, log start offsets)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def write(self, offsets: dict[tuple[str, int], int]) -> None:
+        lines = [str(CHECKPOINT_VERSION), str(len(offsets))]
+        lines += [f"{t} {p} {o}" for (t, p), o in sorted(offsets.items())]
+        atomic_write_text(self.path, "\n".join(lines) + "\n")
+
+    def read(self) -> dict[tuple[str, int], int]:
+        out: dict[tuple[str, int], int] = {}
+        for topic, part, off in _read_lines(self.path, 3):
+            try:
+                out[(topic, int(part))] = int(off)
+            except ValueError as e:
+                raise CheckpointError(f"{self.path}: malformed line {topic} {part} {off}") from e
+        return out
+
+
+class LeaderEpochCheckpointFile:
+    """``epoch startOffset`` lines of one partition's leader epoch cache."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def write(self, entries: list[tuple[int, int]]) -> None:
+        lines = [str(CHECKPOINT_VERSION), str(len(entries))] + [f"{e} {o}" for e, o in entries]
+        atomic_write_text(self.path, "\n".join(lines) + "\n")
+
+    def read(self) -> list[tuple[int, int]]:
+        try:
+            return [(int(e), int(o)) for e, o in _read_lines(self.path, 2)]
+        except ValueError as e:
+            raise CheckpointError(f"{self.path}: malformed entry") from e
+
+
+def write_clean_shutdown(log_dir: Path, broker_epoch: int = -1) -> None:
+    """Kafka 3.7+ writes the broker epoch as JSON (KIP-966); older brokers left it empty."""
+    path = log_dir / CLEAN_SHUTDOWN_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, json.dumps({"version": 0, "brokerEpoch": broker_epoch}, separators=(",", ":")).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_dir(log_dir)
+
+
+def has_clean_shutdown(log_dir: Path) -> bool:
+    return (log_dir / CLEAN_SHUTDOWN_FILE).exists()
+
+
+def read_clean_shutdown_epoch(log_dir: Path) -> int | None:
+    try:
+        content = json.loads((log_dir / CLEAN_SHUTDOWN_FILE).read_text())
+        return int(content["brokerEpoch"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def delete_clean_shutdown(log_dir: Path) -> None:
+    try:
+        (log_dir / CLEAN_SHUTDOWN_FILE).unlink()
+    except FileNotFoundError:
+        return
+    fsync_dir(log_dir)

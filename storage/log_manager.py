@@ -1,0 +1,203 @@
+"""All partition logs of a broker across its ``log.dirs``: startup/recovery, checkpoints, shutdown.
+
+Startup per log dir (like Kafka's LogManager.loadLogs): note whether ``.kafka_cleanshutdown``
+exists, read ``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint``, open
+every ``<topic>-<partition>`` dir (leftover ``*-delete`` dirs are removed), then delete the
+marker so a crash from here on is seen as unclean. Shutdown flushes and closes every log,
+writes both checkpoints, and writes the marker last.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from storage.checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    CheckpointError,
+    OffsetCheckpointFile,
+    delete_clean_shutdown,
+    has_clean_shutdown,
+    write_clean_shutdown,
+)
+from storage.log import DELETE_DIR_SUFFIX, Log, ProducerStateHook, parse_topic_partition
+from storage.log_config import LogConfig
+
+log = logging.getLogger("storage.log")
+
+# Kafka suffixes for dirs that are not live partitions (future replicas, strays, deletions).
+_SKIP_DIR_SUFFIXES = (DELETE_DIR_SUFFIX, "-future", "-stray")
+
+
+class LogManager:
+    def __init__(
+        self,
+        log_dirs: list[Path],
+        default_config: LogConfig,
+        *,
+        producer_state_factory: Callable[[Path], ProducerStateHook] | None = None,
+        config_for_topic: Callable[[str], LogConfig | None] | None = None,
+    ) -> None:
+        if not log_dirs:
+            raise ValueError("at least one log dir is required")
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self.default_config = default_config
+        self.producer_state_factory = producer_state_factory
+        self.config_for_topic = config_for_topic
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._dir_of: dict[tuple[str, int], Path] = {}  # partition -> its log dir
+        self.had_clean_shutdown: dict[Path, bool] = {}
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def startup(self) -> None:
+        for log_dir in self.log_dirs:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            clean = has_clean_shutdown(log_dir)
+            self.had_clean_shutdown[log_dir] = clean
+            recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
+            start_offsets = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
+            log.info("Loading logs from %s (%s shutdown)", log_dir, "clean" if clean else "unclean")
+            for entry in sorted(os.scandir(log_dir), key=lambda e: e.name):
+                if not entry.is_dir():
+                    continue
+                if entry.name.endswith(DELETE_DIR_SUFFIX):
+                    log.info("Removing partially deleted partition dir %s", entry.path)
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                    continue
+                if entry.name.endswith(_SKIP_DIR_SUFFIXES):
+                    continue
+                try:
+                    tp = parse_topic_partition(entry.name)
+                except ValueError:
+                    continue
+                if tp in self._logs:
+                    log.error("Duplicate log directory for %s-%d in %s; ignoring it", tp[0], tp[1], entry.path)
+                    continue
+                started = time.monotonic()
+                rp = recovery_points.get(tp, 0)
+                lg = self._open(Path(entry.path), tp[0], recovery_point=rp,
+                                log_start_offset=start_offsets.get(tp, 0), clean_shutdown=clean)
+                self._logs[tp] = lg
+                self._dir_of[tp] = log_dir
+                log.info(
+                    "Loaded %s-%d: start %d, end %d, %d segments, recovery point %d%s in %.1f ms",
+                    tp[0], tp[1], lg.log_start_offset, lg.log_end_offset, len(lg.segments), lg.recovery_point,
+                    "" if clean else f" (recovered from {rp})", (time.monotonic() - started) * 1000,
+                )
+            delete_clean_shutdown(log_dir)
+
+    def shutdown(self, broker_epoch: int = -1) -> None:
+        for lg in self._logs.values():
+            lg.flush()
+        for lg in self._logs.values():
+            lg.close()
+        self.checkpoint()
+        for log_dir in self.log_dirs:
+            write_clean_shutdown(log_dir, broker_epoch)
+
+    # --- lookup / creation ------------------------------------------------------------------
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def get_or_create_log(self, topic: str, partition: int, config: LogConfig) -> Log:
+        lg = self._logs.get((topic, partition))
+        if lg is not None:
+            return lg
+        path = self.dir_for(topic, partition)
+        lg = Log.open(path, config, producer_state=self._producer_state(path))
+        self._logs[(topic, partition)] = lg
+        self._dir_of[(topic, partition)] = path.parent
+        log.info("Created log for %s-%d in %s", topic, partition, path.parent)
+        return lg
+
+    def delete_log(self, topic: str, partition: int) -> None:
+        lg = self._logs.pop((topic, partition), None)
+        self._dir_of.pop((topic, partition), None)
+        if lg is not None:
+            lg.delete()
+            log.info("Deleted log for %s-%d", topic, partition)
+
+    def all_logs(self) -> Iterable[Log]:
+        return list(self._logs.values())
+
+    def logs_for_topic(self, topic: str) -> list[Log]:
+        return [lg for (t, _), lg in self._logs.items() if t == topic]
+
+    def dir_for(self, topic: str, partition: int) -> Path:
+        """The partition's dir: where it already lives, else in the log dir holding fewest partitions."""
+        name = f"{topic}-{partition}"
+        known = self._dir_of.get((topic, partition))
+        if known is not None:
+            return known / name
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self._dir_of.values():
+            if d in counts:
+                counts[d] += 1
+        best = min(self.log_dirs, key=lambda d: counts[d])
+        return best / name
+
+    # --- periodic work (the broker schedules these) ------------------------------------------
+
+    def checkpoint(self) -> None:
+        """Write recovery-point and log-start-offset checkpoints of every log dir."""
+        for log_dir in self.log_dirs:
+            recovery: dict[tuple[str, int], int] = {}
+            starts: dict[tuple[str, int], int] = {}
+            for tp, lg in list(self._logs.items()):  # may run in an executor while the loop adds logs
+                if self._dir_of.get(tp) != log_dir:
+                    continue
+                recovery[tp] = lg.recovery_point
+                # Kafka only records start offsets that moved past the first segment's base.
+                if lg.segments and lg.log_start_offset > lg.segments[0].base_offset:
+                    starts[tp] = lg.log_start_offset
+            OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).write(recovery)
+            OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).write(starts)
+
+    def flush_dirty(self, now_ms: int) -> int:
+        """Blocking (run in an executor): flush logs due by flush.ms and segments rolled since the
+        last flush. Returns how many logs were flushed."""
+        n = 0
+        for lg in list(self._logs.values()):
+            if lg.closed:
+                continue
+            before = lg.recovery_point
+            if lg.needs_flush(now_ms):
+                lg.flush()
+            else:
+                lg.flush_rolled()
+            n += lg.recovery_point != before
+        return n
+
+    def apply_retention(self, now_ms: int) -> int:
+        """retention.ms / retention.bytes / log start offset over every log; returns segments deleted."""
+        return sum(lg.apply_retention(now_ms) for lg in list(self._logs.values()) if not lg.closed)
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def _open(self, path: Path, topic: str, **kwargs: object) -> Log:
+        config = None
+        if self.config_for_topic is not None:
+            config = self.config_for_topic(topic)
+        return Log.open(path, config or self.default_config, producer_state=self._producer_state(path),
+                        **kwargs)  # type: ignore[arg-type]
+
+    def _producer_state(self, path: Path) -> ProducerStateHook | None:
+        if self.producer_state_factory is None:
+            return None
+        path.mkdir(parents=True, exist_ok=True)
+        return self.producer_state_factory(path)
+
+    @staticmethod
+    def _read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
+        try:
+            return OffsetCheckpointFile(path).read()
+        except CheckpointError as e:
+            log.warning("Ignoring malformed checkpoint file %s: %s", path, e)
+            return {}

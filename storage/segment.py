@@ -1,0 +1,520 @@
+"""One log segment: ``<base>.log`` plus its ``.index``, ``.timeindex`` and ``.txnindex``.
+
+The ``.log`` file is held open (O_APPEND) for the segment's life: appends are one
+``os.write`` of the caller's buffer, reads are ``os.pread`` of whole byte ranges. Index
+entries are kept in memory and written at flush/roll/close (see offset_index).
+
+Indexing rule (Kafka's LogSegment.recover, equivalent to its append path): a batch at file
+position P gets an offset-index entry (batch last offset -> P) when P - position of the
+previous entry > index.interval.bytes; the time index gets (max timestamp so far, offset of
+the batch that set it) at the same points, and once more when the segment becomes inactive.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from storage import batch as rb
+from storage.offset_index import IndexCorruptError, OffsetIndex
+from storage.time_index import TimeIndex
+from storage.txn_index import AbortedTxn, TransactionIndex
+
+log = logging.getLogger("storage.log")
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+INT32_MAX = 0x7FFFFFFF
+SCAN_CHUNK = 1 << 20
+
+_BASE_LEN = struct.Struct(">qi")  # baseOffset, batchLength
+_INT32 = struct.Struct(">i")
+_LAST_DELTA_AT = 23  # lastOffsetDelta inside the header
+_MAX_TS = struct.Struct(">q")
+_MAX_TS_AT = 35
+
+
+def filename_prefix(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class BatchScanError(Exception):
+    """Scanning stopped at an invalid or torn batch; ``position`` is where valid data ends."""
+
+    def __init__(self, position: int, reason: str) -> None:
+        super().__init__(reason)
+        self.position = position
+        self.reason = reason
+
+
+def scan_batches(
+    fd: int, start: int, end: int, *, check: bool = False, chunk: int = SCAN_CHUNK, need_data: bool = True
+) -> Iterator[tuple[rb.BatchHeader, memoryview]]:
+    """Yield (header with absolute file ``position``, batch bytes) for batches in [start, end).
+
+    Reads ``chunk``-sized ranges with pread; a batch larger than a chunk gets its own read.
+    With ``check`` every batch is CRC/structure validated and a torn or invalid batch raises
+    BatchScanError; without it, scanning stops quietly at the first batch that does not fit.
+    With ``need_data=False`` (offset lookups) a batch that does not fit in the current chunk
+    is skipped over by its header alone and yielded with empty bytes.
+    """
+    pos = start
+    buf = b""
+    buf_start = start  # buf holds the file range [buf_start, buf_start + len(buf))
+    headers_only = not need_data and not check
+    while pos < end:
+        off = pos - buf_start
+        if len(buf) - off < rb.HEADER_SIZE:
+            buf = os.pread(fd, min(chunk, end - pos), pos)
+            buf_start, off = pos, 0
+            if len(buf) < rb.HEADER_SIZE:
+                if check:
+                    raise BatchScanError(pos, f"torn batch header ({len(buf)} bytes) at position {pos}")
+                return
+        _, length = _BASE_LEN.unpack_from(buf, off)
+        size = length + rb.LOG_OVERHEAD
+        if length < rb.HEADER_SIZE - rb.LOG_OVERHEAD:
+            if check:
+                raise BatchScanError(pos, f"invalid batch length {length} at position {pos}")
+            return
+        if pos + size > end:
+            if check:
+                raise BatchScanError(pos, f"torn batch at position {pos}: {size} bytes claimed, {end - pos} present")
+            return
+        if off + size > len(buf):
+            if headers_only:
+                header = rb.parse_header(buf, off)
+                header.position = pos
+                yield header, memoryview(b"")
+                pos += size
+                continue
+            if size > chunk:
+                data = os.pread(fd, size, pos)
+                if len(data) < size:
+                    if check:
+                        raise BatchScanError(pos, f"torn batch at position {pos}")
+                    return
+                buf, buf_start, off = data, pos, 0
+            else:
+                buf = os.pread(fd, min(chunk, end - pos), pos)
+                buf_start, off = pos, 0
+                if len(buf) < size:
+                    if check:
+                        raise BatchScanError(pos, f"torn batch at position {pos}")
+                    return
+        header = rb.parse_header(buf, off)
+        if check:
+            try:
+                rb.validate(buf, header)
+            except rb.InvalidBatchError as e:
+                raise BatchScanError(pos, f"{e} at position {pos}") from e
+        header.position = pos
+        yield header, memoryview(buf)[off : off + size]
+        pos += size
+
+
+class Segment:
+    """A segment's files and in-memory summary (size, next offset, max timestamp)."""
+
+    def __init__(
+        self,
+        dir: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_bytes: int,
+        suffix: str = "",
+        new: bool,
+        created_ms: int | None = None,
+    ) -> None:
+        self.dir = dir
+        self.base_offset = base_offset
+        self.suffix = suffix
+        self.index_interval_bytes = index_interval_bytes
+        self.log_path = dir / (filename_prefix(base_offset) + LOG_SUFFIX + suffix)
+        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND
+        if new:
+            flags |= os.O_TRUNC
+        self.fd = os.open(self.log_path, flags, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        prefix = filename_prefix(base_offset)
+        self.offset_index = OffsetIndex(dir / (prefix + INDEX_SUFFIX + suffix), base_offset, max_index_bytes, new=new)
+        self.time_index = TimeIndex(dir / (prefix + TIME_INDEX_SUFFIX + suffix), base_offset, max_index_bytes, new=new)
+        self.txn_index = TransactionIndex(dir / (prefix + TXN_INDEX_SUFFIX + suffix), base_offset, new=new)
+        self.offset_index.on_corrupt = self._rebuild_after_corrupt
+        self.time_index.on_corrupt = self._rebuild_after_corrupt
+        self.created_ms = now_ms() if created_ms is None else created_ms
+        # None = not yet computed (only the active segment needs it eagerly)
+        self.next_offset: int | None = base_offset if new else None
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset
+        self.first_batch_timestamp: int | None = None
+        self.last_index_pos = 0
+        self.dirty = new  # data written since the last fsync
+        self.closed = False
+
+    # --- creation / loading -----------------------------------------------------------------
+
+    @classmethod
+    def create(cls, dir: Path, base_offset: int, *, index_interval_bytes: int, max_index_bytes: int,
+               suffix: str = "", created_ms: int | None = None) -> Segment:
+        return cls(dir, base_offset, index_interval_bytes=index_interval_bytes, max_index_bytes=max_index_bytes,
+                   suffix=suffix, new=True, created_ms=created_ms)
+
+    @classmethod
+    def load(cls, dir: Path, base_offset: int, *, index_interval_bytes: int, max_index_bytes: int) -> Segment:
+        return cls(dir, base_offset, index_interval_bytes=index_interval_bytes, max_index_bytes=max_index_bytes,
+                   new=False)
+
+    def check_indexes(self) -> None:
+        """Cheap open-time sanity check; raises IndexCorruptError. Sets the max timestamp."""
+        self.offset_index.check_against_log(self.size)
+        last = self.time_index.check_against_log()
+        if last is not None:
+            self.max_timestamp, self.offset_of_max_timestamp = last
+        if not self.txn_index.path.exists():
+            # An empty txn index cannot be told from a lost one; Kafka recreates it empty too.
+            with open(self.txn_index.path, "wb"):
+                pass
+
+    def _rebuild_after_corrupt(self, err: IndexCorruptError) -> None:
+        log.warning("%s: rebuilding indexes of %s: %s", self.dir, self.log_path.name, err)
+        self.recover(check=False)
+
+    def load_tail(self) -> None:
+        """Compute next offset, max timestamp and indexing state by scanning from the last
+        offset-index entry (clean load of the last segment; no CRC checks)."""
+        self.offset_index._ensure()
+        self.time_index._ensure()
+        last = self.offset_index.last_entry()
+        start = last[1] if last else 0
+        self.last_index_pos = start
+        next_offset = self.base_offset
+        if last is not None:
+            next_offset = last[0] + 1
+        for header, _ in scan_batches(self.fd, start, self.size, need_data=False):
+            next_offset = header.next_offset
+            if header.max_timestamp > self.max_timestamp:
+                self.max_timestamp = header.max_timestamp
+                self.offset_of_max_timestamp = header.last_offset
+        self.next_offset = next_offset
+
+    def recover(self, *, check: bool = True, on_batch: Callable[[rb.BatchHeader], None] | None = None) -> int:
+        """Rebuild all of this segment's indexes from the log, validating every batch (CRC,
+        structure, increasing offsets); truncate the log at the first invalid one.
+        Returns the number of bytes truncated. The txn index is kept (it cannot be rebuilt
+        without producer state) but loses entries beyond the new end."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = self.base_offset
+        self.first_batch_timestamp = None
+        self.last_index_pos = 0
+        next_offset = self.base_offset
+        valid = 0
+        reason = ""
+        try:
+            for header, _ in scan_batches(self.fd, 0, self.size, check=check):
+                if header.base_offset < next_offset or header.last_offset - self.base_offset > INT32_MAX:
+                    raise BatchScanError(
+                        header.position,
+                        f"batch offsets {header.base_offset}..{header.last_offset} out of order at position "
+                        f"{header.position} (expected >= {next_offset})",
+                    )
+                self._index_batch(header, header.position)
+                if on_batch is not None:
+                    on_batch(header)
+                next_offset = header.next_offset
+                valid = header.position + header.size
+        except BatchScanError as e:
+            valid = e.position
+            reason = e.reason
+        truncated = self.size - valid
+        if truncated > 0:
+            log.warning("Truncated %d invalid bytes at position %d of %s: %s", truncated, valid, self.log_path, reason)
+            os.ftruncate(self.fd, valid)
+            self.size = valid
+        self.next_offset = next_offset
+        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        try:
+            self.txn_index.truncate_to(next_offset)
+        except IndexCorruptError as e:
+            log.warning("Dropping corrupt transaction index %s: %s", self.txn_index.path, e)
+            self.txn_index = TransactionIndex(self.txn_index.path, self.base_offset, new=True)
+        self.offset_index.flush()
+        self.time_index.flush()
+        self.dirty = True
+        return truncated
+
+    def _index_batch(self, header: rb.BatchHeader, pos: int) -> None:
+        """Update max timestamp and sparse indexes for one batch about to sit at ``pos``."""
+        if self.first_batch_timestamp is None and pos == 0:
+            self.first_batch_timestamp = header.max_timestamp
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.base_offset + header.last_offset_delta
+        if pos - self.last_index_pos > self.index_interval_bytes:
+            self.offset_index.append(header.base_offset + header.last_offset_delta, pos)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.last_index_pos = pos
+
+    # --- append -----------------------------------------------------------------------------
+
+    def should_roll(self, size: int, max_timestamp: int, last_offset: int, now: int,
+                    segment_bytes: int, segment_ms: int) -> bool:
+        """Kafka's LogSegment.shouldRoll (without roll jitter)."""
+        if self.size == 0:
+            # An empty segment is never replaced by another empty one, unless offsets overflow.
+            return last_offset - self.base_offset > INT32_MAX
+        if (
+            self.size > segment_bytes - size
+            or last_offset - self.base_offset > INT32_MAX
+            or self.offset_index.is_full
+            or self.time_index.is_full
+        ):
+            return True
+        first_ts = self.first_batch_timestamp
+        if first_ts is None:
+            first_ts = self._read_first_batch_timestamp()
+        waited = max_timestamp - first_ts if first_ts >= 0 else now - self.created_ms
+        return waited > segment_ms
+
+    def _read_first_batch_timestamp(self) -> int:
+        if self.size < rb.HEADER_SIZE:
+            ts = -1
+        else:
+            ts = _MAX_TS.unpack(os.pread(self.fd, 8, _MAX_TS_AT))[0]
+        self.first_batch_timestamp = ts
+        return ts
+
+    def append(self, buf: bytes | bytearray | memoryview, start: int, end: int,
+               headers: list[rb.BatchHeader]) -> None:
+        """Write ``buf[start:end]`` (the batches ``headers`` describe, offsets assigned)."""
+        pos = self.size
+        index_batch = self._index_batch
+        for h in headers:
+            index_batch(h, pos + h.position - start)
+        view = memoryview(buf)[start:end]
+        while view:
+            view = view[os.write(self.fd, view) :]
+        self.size = pos + end - start
+        last = headers[-1]
+        self.next_offset = last.base_offset + last.last_offset_delta + 1
+        self.dirty = True
+
+    # --- reads ------------------------------------------------------------------------------
+
+    def find_position(self, offset: int, start_pos: int | None = None) -> rb.BatchHeader | None:
+        """Header (with file position) of the first batch whose last offset >= offset."""
+        pos = self.offset_index.lookup(offset)[1] if start_pos is None else start_pos
+        for header, _ in scan_batches(self.fd, pos, self.size, chunk=65536, need_data=False):
+            if header.base_offset + header.last_offset_delta >= offset:
+                return header
+        return None
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None,
+             min_one_batch: bool) -> tuple[memoryview | bytes, int] | None:
+        """Whole batches from the one containing ``offset``: (bytes, its base offset), or None
+        when no batch of this segment reaches ``offset``."""
+        size = self.size
+        pos = self.offset_index.lookup(offset)[1]
+        # One pread usually covers both the short scan from the index entry and the range.
+        want = min(size - pos, max_bytes + min(self.index_interval_bytes, 1 << 18) + 65536)
+        if want <= 0:
+            return None
+        buf = os.pread(self.fd, want, pos)
+        n = len(buf)
+        unpack = _BASE_LEN.unpack_from
+        delta = _INT32.unpack_from
+        p = 0
+        while True:
+            if n - p < rb.HEADER_SIZE:
+                break
+            base, length = unpack(buf, p)
+            if base + delta(buf, p + _LAST_DELTA_AT)[0] >= offset:
+                break
+            p += length + rb.LOG_OVERHEAD
+        if n - p < rb.HEADER_SIZE:
+            # the start lies beyond this buffer (large batches): find it the slow way
+            if pos + p >= size:
+                return None
+            header = self.find_position(offset, pos + p)
+            if header is None:
+                return None
+            pos = header.position
+            buf = os.pread(self.fd, min(size - pos, max_bytes), pos)
+            n = len(buf)
+            p = 0
+        first_base, first_len = unpack(buf, p)
+        if max_offset is not None and first_base >= max_offset:
+            return b"", first_base
+        limit = p + max_bytes
+        q = p
+        reread = False
+        while n - q >= rb.LOG_OVERHEAD:
+            base, length = unpack(buf, q)
+            if max_offset is not None and base >= max_offset:
+                break
+            e = q + length + rb.LOG_OVERHEAD
+            if e > limit or e > n:
+                if e <= limit and pos + n < size and not reread:
+                    # the buffer ended before max_bytes did: read the whole range afresh
+                    reread = True
+                    pos += p
+                    buf = os.pread(self.fd, min(size - pos, max_bytes), pos)
+                    n = len(buf)
+                    limit = max_bytes
+                    q -= p
+                    p = 0
+                    continue
+                break
+            q = e
+        if q == p:
+            if not min_one_batch:
+                return b"", first_base
+            total = first_len + rb.LOG_OVERHEAD
+            if p + total <= n:
+                return memoryview(buf)[p : p + total], first_base
+            return os.pread(self.fd, total, pos + p), first_base
+        return memoryview(buf)[p:q], first_base
+
+    def iter_from(self, offset: int, end_offset: int | None = None) -> Iterator[tuple[rb.BatchHeader, memoryview]]:
+        """Batches whose last offset >= offset and base offset < end_offset, header positions absolute."""
+        header = self.find_position(offset)
+        if header is None:
+            return
+        for h, data in scan_batches(self.fd, header.position, self.size):
+            if end_offset is not None and h.base_offset >= end_offset:
+                return
+            yield h, data
+
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with ts >= timestamp and offset >= starting_offset."""
+        _, ts_offset = self.time_index.lookup(timestamp)
+        for h, data in self.iter_from(max(ts_offset, starting_offset)):
+            if h.max_timestamp >= timestamp and h.last_offset >= starting_offset:
+                log_append = h.timestamp_type == 1
+                for rec in rb.decode_records(data):
+                    ts = h.max_timestamp if log_append else rec.timestamp
+                    if ts >= timestamp and rec.offset >= starting_offset:
+                        return rec.offset, ts
+        return None
+
+    def max_timestamp_record(self) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first record carrying this segment's max timestamp."""
+        if self.max_timestamp < 0:
+            return None
+        target = self.max_timestamp
+        for h, data in self.iter_from(self.offset_index.lookup(self.offset_of_max_timestamp)[0]):
+            if h.max_timestamp == target:
+                if h.timestamp_type == 1:
+                    recs = rb.decode_records(data)
+                    return target, recs[0].offset if recs else h.base_offset
+                for rec in rb.decode_records(data):
+                    if rec.timestamp == target:
+                        return target, rec.offset
+                return target, h.last_offset
+        return None
+
+    def largest_timestamp(self) -> int:
+        """For retention.ms: the max record timestamp, or the file mtime when there is none."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        try:
+            return int(os.fstat(self.fd).st_mtime * 1000)
+        except OSError:
+            return 0
+
+    def read_next_offset(self) -> int:
+        if self.next_offset is None:
+            self.load_tail()
+        return self.next_offset  # type: ignore[return-value]
+
+    # --- transactions -----------------------------------------------------------------------
+
+    def add_aborted_txn(self, txn: AbortedTxn) -> None:
+        self.txn_index.append(txn)
+
+    # --- truncation / lifecycle ----------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop every batch whose last offset >= offset (the batch containing it included);
+        returns bytes removed. Indexes are rebuilt from the remaining data."""
+        header = self.find_position(offset)
+        if header is None:
+            return 0
+        removed = self.size - header.position
+        os.ftruncate(self.fd, header.position)
+        self.size = header.position
+        self.recover(check=False)
+        self.txn_index.truncate_to(offset)
+        return removed
+
+    def on_become_inactive(self) -> None:
+        """Like Kafka on roll: final time-index entry, index files written out."""
+        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def flush(self) -> None:
+        """fsync the log and its indexes (blocking)."""
+        if self.closed:
+            return
+        self.dirty = False
+        os.fsync(self.fd)
+        self.offset_index.flush(fsync=True)
+        self.time_index.flush(fsync=True)
+        self.txn_index.fsync()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        if self.offset_index.loaded:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+        self.offset_index.flush()
+        self.time_index.flush()
+        self.closed = True
+        os.close(self.fd)
+
+    def close_fd(self) -> None:
+        if not self.closed:
+            self.closed = True
+            os.close(self.fd)
+
+    def all_paths(self) -> list[Path]:
+        return [self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path]
+
+    def change_suffix(self, new_suffix: str) -> None:
+        """Rename every file of the segment from its current suffix to ``new_suffix``."""
+        prefix = filename_prefix(self.base_offset)
+        new_log = self.dir / (prefix + LOG_SUFFIX + new_suffix)
+        os.replace(self.log_path, new_log)
+        self.log_path = new_log
+        self.offset_index.rename(self.dir / (prefix + INDEX_SUFFIX + new_suffix))
+        self.time_index.rename(self.dir / (prefix + TIME_INDEX_SUFFIX + new_suffix))
+        self.txn_index.rename(self.dir / (prefix + TXN_INDEX_SUFFIX + new_suffix))
+        self.suffix = new_suffix
+
+    def delete_files(self) -> None:
+        self.close_fd()
+        for p in self.all_paths():
+            try:
+                p.unlink()
+            except FileNotFoundError:
+                pass
+
+    def __repr__(self) -> str:
+        return f"Segment(base={self.base_offset}, size={self.size}, path={self.log_path})"
+
+    def __lt__(self, other: Segment) -> bool:
+        return self.base_offset < other.base_offset
