@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from storage.cleaner import LogCleaner, should_clean
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
 
@@ -40,6 +41,8 @@ class Broker:
         self.producer_ids: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
+        self._cleaner: Any = None
+        self._uncleanable: set[str] = set()
         self.bound: list[tuple[str, int]] = []
 
     # --- configuration helpers ---------------------------------------------------------------
@@ -172,17 +175,24 @@ class Broker:
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.checkpoint)
 
     async def _clean(self) -> None:
-        try:
-            from storage.cleaner import LogCleaner, should_clean
-        except ImportError:
-            return
-        cleaner = LogCleaner()
-        loop = asyncio.get_running_loop()
+        if self._cleaner is None:
+            self._cleaner = LogCleaner()
         now = _now_ms()
         for part in list(self.replica_manager.all()):
-            if "compact" in part.log.config.cleanup_policy and should_clean(part.log, now):
-                stats = await loop.run_in_executor(None, cleaner.clean_log, part.log, now)
-                log.info("cleaned %s-%d: %s", part.topic, part.index, stats)
+            if "compact" not in part.log.config.cleanup_policy or part.log.topic in self._uncleanable:
+                continue
+            lso = part.last_stable_offset
+            if not should_clean(part.log, now, last_stable_offset=lso):
+                continue
+            try:
+                stats = await self._cleaner.clean_log_async(part.log, now, last_stable_offset=lso)
+            except Exception:
+                # Kafka marks such a partition uncleanable rather than retrying forever.
+                log.exception("cleaning %s-%d failed; marking the topic uncleanable until restart",
+                              part.topic, part.index)
+                self._uncleanable.add(part.log.topic)
+                continue
+            log.info("cleaned %s-%d: %s", part.topic, part.index, stats)
 
     async def run_until_stopped(self) -> None:
         await self._stopped.wait()
