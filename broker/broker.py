@@ -12,15 +12,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from storage.cleaner import LogCleaner, should_clean
-from storage.log_config import LogConfig
-from storage.log_manager import LogManager
-
 from broker.config import BrokerConfig, log_config_properties
 from broker.handlers import load_handlers
 from broker.metadata import BrokerInfo, LocalMetadataStore, MetadataStore, TopicInfo
 from broker.replica_manager import ReplicaManager
 from broker.server import KafkaServer
+from storage.cleaner import LogCleaner, should_clean
+from storage.log_config import LogConfig
+from storage.log_manager import LogManager
 
 log = logging.getLogger("broker")
 

@@ -17,9 +17,8 @@ from protocol.errors import ErrorCode, KafkaError
 from storage import batch as B
 
 if TYPE_CHECKING:
-    from storage.log import Log
-
     from broker.broker import Broker
+    from storage.log import Log
 
 log = logging.getLogger("broker.replica_manager")
 

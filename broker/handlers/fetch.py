@@ -24,11 +24,11 @@ import time
 from dataclasses import dataclass
 
 from kafka.protocol.consumer import FetchResponse
-from storage.log import OffsetOutOfRangeError
 
 from broker.handlers import RequestContext, api
 from broker.replica_manager import Partition
 from protocol.errors import ErrorCode
+from storage.log import OffsetOutOfRangeError
 
 TopicResp = FetchResponse.FetchableTopicResponse
 PartData = TopicResp.PartitionData
