@@ -17,9 +17,11 @@ from broker.handlers import load_handlers
 from broker.metadata import BrokerInfo, LocalMetadataStore, MetadataStore, TopicInfo
 from broker.replica_manager import ReplicaManager
 from broker.server import KafkaServer
+from coordinator.producer_id_manager import ProducerIdManager
 from storage.cleaner import LogCleaner, should_clean
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
+from storage.producer_state import ProducerStateManager
 
 log = logging.getLogger("broker")
 
@@ -37,7 +39,7 @@ class Broker:
         self.log_manager: LogManager
         self.replica_manager = ReplicaManager(self)
         self.server = KafkaServer(self)
-        self.producer_ids: Any = None
+        self.producer_ids: ProducerIdManager
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self._cleaner: Any = None
@@ -90,19 +92,11 @@ class Broker:
         log.info("kbroker node %d started (cluster id %s), log dirs %s", self.node_id, self.metadata.cluster_id,
                  ", ".join(map(str, self.log_dirs)))
 
-    def _producer_state_factory(self) -> Callable[[Path], Any] | None:
-        try:
-            from storage.producer_state import ProducerStateManager
-        except ImportError:
-            return None
+    def _producer_state_factory(self) -> Callable[[Path], ProducerStateManager]:
         expiration = int(self.config.get("producer.id.expiration.ms"))
         return lambda d: ProducerStateManager(d, producer_id_expiration_ms=expiration)
 
     def _init_producer_ids(self) -> None:
-        try:
-            from coordinator.producer_id_manager import ProducerIdManager
-        except ImportError:
-            return
         self.producer_ids = ProducerIdManager(self.log_dirs[0] / "kbroker-producer-id-block")
 
     def _write_meta_properties(self) -> None:
@@ -152,6 +146,8 @@ class Broker:
         self._every(min(int(cfg.get("log.flush.scheduler.interval.ms")), 1000), self._flush_due, "log-flusher")
         self._every(int(cfg.get("log.retention.check.interval.ms")), self._retention, "log-retention")
         self._every(int(cfg.get("log.flush.offset.checkpoint.interval.ms")), self._checkpoint, "checkpoint")
+        self._every(int(cfg.get("producer.id.expiration.check.interval.ms")), self._expire_producers,
+                    "producer-expiration")
         if cfg.get("log.cleaner.enable"):
             self._every(int(cfg.get("log.cleaner.backoff.ms")), self._clean, "log-cleaner")
 
@@ -169,6 +165,12 @@ class Broker:
             if deleted:
                 log.info("retention deleted %d segment(s) of %s-%d; log start offset now %d", deleted,
                          part.topic, part.index, part.log.log_start_offset)
+
+    async def _expire_producers(self) -> None:
+        now = _now_ms()
+        for part in list(self.replica_manager.all()):
+            if part.producer_state is not None:
+                part.producer_state.remove_expired(now)
 
     async def _checkpoint(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.checkpoint)
