@@ -13,11 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from broker.config import BrokerConfig, log_config_properties
+from broker.coordinator_bridge import LocalPartitionAccess
 from broker.handlers import load_handlers
 from broker.metadata import BrokerInfo, LocalMetadataStore, MetadataStore, TopicInfo
 from broker.replica_manager import ReplicaManager
 from broker.server import KafkaServer
 from coordinator.producer_id_manager import ProducerIdManager
+from coordinator.txn_coordinator import TransactionCoordinator
+from protocol.errors import ErrorCode
 from storage.cleaner import LogCleaner, should_clean
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
@@ -84,6 +87,12 @@ class Broker:
                  len(known), (time.perf_counter() - t0) * 1000)
         self.metadata.add_listener(self._on_metadata_event)
         self._init_producer_ids()
+        self.partition_access = LocalPartitionAccess(self)
+        self.txn_coordinator = TransactionCoordinator(self.partition_access, self.config, self.producer_ids)
+        await self.txn_coordinator.start()
+        self.group_coordinator = _make_group_coordinator(self.partition_access, self.config, self.node_id)
+        if self.group_coordinator is not None:
+            await self.group_coordinator.start()
         self.bound = await self.server.start()
         if advertised.port == 0 and self.bound:
             # Ephemeral listener port: advertise what was actually bound.
@@ -120,6 +129,15 @@ class Broker:
             self.replica_manager.remove_topic(info.name)
         elif event == "configs":
             self.replica_manager.update_configs(info.name, info.configs)
+
+    def verify_txn_partition(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
+                             topic: str, partition: int) -> int:
+        """KIP-890 part 1: a transactional write must target a partition already added to the
+        producer's ongoing transaction. One node asks its own coordinator; a cluster will send
+        AddPartitionsToTxn(verify_only) to the coordinator's broker."""
+        if not transactional_id:
+            return ErrorCode.INVALID_TXN_STATE
+        return self.txn_coordinator.verify_partition(transactional_id, producer_id, producer_epoch, topic, partition)
 
     async def create_topic(self, name: str, num_partitions: int, configs: dict[str, str],
                            *, internal: bool = False) -> TopicInfo:
@@ -204,11 +222,24 @@ class Broker:
     async def stop(self) -> None:
         log.info("shutting down")
         await self.server.stop()
+        await self.txn_coordinator.stop()
+        if self.group_coordinator is not None:
+            await self.group_coordinator.stop()
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
         log.info("shut down cleanly")
+
+
+def _make_group_coordinator(access: LocalPartitionAccess, config: BrokerConfig, node_id: int) -> Any:
+    try:
+        from coordinator.group_coordinator import GroupCoordinator
+    except ModuleNotFoundError as e:  # consumer groups are still being built
+        if e.name != "coordinator.group_coordinator":
+            raise
+        return None
+    return GroupCoordinator(access, config, node_id)
 
 
 def _uuid_str(u: uuid.UUID) -> str:

@@ -135,7 +135,8 @@ class ReplicaManager:
 
     # --- produce ---------------------------------------------------------------------------
 
-    def append(self, part: Partition, buf: bytearray, *, now_ms: int | None = None) -> AppendOutcome:
+    def append(self, part: Partition, buf: bytearray, *, now_ms: int | None = None,
+               transactional_id: str | None = None) -> AppendOutcome:
         """Validate and append one client batch; duplicates of recent idempotent batches are
         answered with their original offsets and not written again."""
         lg = part.log
@@ -148,6 +149,8 @@ class ReplicaManager:
                 dup = ps.check_duplicate(h)
                 if dup is not None:
                     return AppendOutcome(base_offset=dup.first_offset, log_start_offset=lg.log_start_offset)
+                if h.is_transactional:
+                    self._verify_txn(part, h, transactional_id)
                 ps.validate(h, now_ms=now)
             result = lg.append(buf, headers, leader_epoch=part.leader_epoch, now_ms=now)
             if ps is not None and h.has_producer_id:
@@ -162,6 +165,17 @@ class ReplicaManager:
         part.wake_waiters()
         return AppendOutcome(base_offset=result.first_offset, log_append_time=result.log_append_time,
                              log_start_offset=lg.log_start_offset)
+
+    def _verify_txn(self, part: Partition, h: B.BatchHeader, transactional_id: str | None) -> None:
+        entry = part.producer_state.last_entry(h.producer_id)
+        if entry is not None and entry.current_txn_first_offset is not None and entry.producer_epoch == h.producer_epoch:
+            return  # the transaction is already open on this partition
+        code = self.broker.verify_txn_partition(transactional_id, h.producer_id, h.producer_epoch, part.topic, part.index)
+        if code == ErrorCode.INVALID_PRODUCER_ID_MAPPING:
+            code = ErrorCode.INVALID_TXN_STATE
+        if code != ErrorCode.NONE:
+            raise KafkaError(ErrorCode(code), f"{part.topic}-{part.index} is not part of an ongoing transaction of "
+                                              f"producer {h.producer_id} epoch {h.producer_epoch}")
 
     def append_control(self, part: Partition, buf: bytearray) -> int:
         """Append a coordinator-built batch (transaction marker, coordinator record)."""

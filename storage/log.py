@@ -92,7 +92,7 @@ class ProducerStateHook(Protocol):
 
     def truncate_and_reload(self, log_start_offset: int, log_end_offset: int, now_ms: int) -> None: ...
 
-    def update_from_log(self, header: BatchHeader) -> None: ...
+    def update_from_log(self, header: BatchHeader, batch: bytes | None = None) -> object: ...
 
     def take_snapshot(self, offset: int) -> None: ...
 
@@ -294,8 +294,13 @@ class Log:
         if start >= self.log_end_offset:
             return
         replayed = 0
-        for header in self._iter_headers(start, self.log_end_offset):
-            ps.update_from_log(header)
+        for header, data in self._iter_segment_batches(start, self.log_end_offset):
+            if header.is_control:
+                # The marker type (COMMIT/ABORT) and coordinator epoch live in the record itself.
+                header.position = 0
+                ps.update_from_log(header, bytes(data))
+            else:
+                ps.update_from_log(header)
             replayed += 1
         if replayed:
             log.info("%s: replayed %d batches from offset %d into producer state", self.dir, replayed, start)

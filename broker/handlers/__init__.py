@@ -53,6 +53,10 @@ HANDLER_MODULES = (
     "cluster",
     "records",
     "producer_id",
+    "coordinator",
+    "groups",
+    "transactions",
+    "txn_markers",
 )
 
 

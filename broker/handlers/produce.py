@@ -52,7 +52,7 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
                 elif pd.records is None:
                     outcome_code, base, lat, lso, msg = ErrorCode.INVALID_RECORD, -1, -1, -1, "null records"
                 else:
-                    o = rm.append(part, bytearray(pd.records))
+                    o = rm.append(part, bytearray(pd.records), transactional_id=request.transactional_id)
                     outcome_code, base, lat, lso, msg = o.error, o.base_offset, o.log_append_time, o.log_start_offset, o.message
             if outcome_code != ErrorCode.NONE:
                 failed = True

@@ -1,10 +1,15 @@
-"""InitProducerId (key 22), versions 0-5, for idempotent producers (no transactional id).
+"""InitProducerId (key 22), versions 0-5.
 
 As in Kafka, a request without a transactional id always gets a fresh producer id with epoch 0
 from the persisted id-block allocator (ids are never reused, even after kill -9); a producer
 id/epoch passed by the client (KIP-360, v3+) is not needed to fence anything for idempotent
-producers. Requests with a transactional id belong to the transaction coordinator; until it
-is served they get COORDINATOR_NOT_AVAILABLE.
+producers.
+
+With a transactional id the transaction coordinator assigns the id and epoch: a first call
+gets a new producer id; later calls bump the epoch (fencing the previous instance and aborting
+its open transaction, answered CONCURRENT_TRANSACTIONS until the abort completes); an exhausted
+epoch gets a new producer id; KIP-360 callers passing their id/epoch are accepted when it is the
+current or the previous pair, otherwise PRODUCER_FENCED (INVALID_PRODUCER_EPOCH before v4).
 """
 
 from __future__ import annotations
@@ -19,11 +24,12 @@ from protocol.errors import ErrorCode
 async def handle_init_producer_id(ctx: RequestContext, request) -> InitProducerIdResponse:
     v = ctx.api_version
     if request.transactional_id:
-        handler = getattr(ctx.broker, "txn_coordinator", None)
-        if handler is None:
-            return InitProducerIdResponse(version=v, throttle_time_ms=0,
-                                          error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, producer_id=-1,
-                                          producer_epoch=-1)
-        return await handler.handle_init_producer_id(ctx, request)
+        code, pid, epoch = await ctx.broker.txn_coordinator.init_producer_id(
+            request.transactional_id, request.transaction_timeout_ms,
+            request.producer_id if v >= 3 else -1, request.producer_epoch if v >= 3 else -1)
+        if code == ErrorCode.PRODUCER_FENCED and v < 4:
+            code = ErrorCode.INVALID_PRODUCER_EPOCH
+        return InitProducerIdResponse(version=v, throttle_time_ms=0, error_code=code, producer_id=pid,
+                                      producer_epoch=epoch)
     pid = ctx.broker.producer_ids.generate()
     return InitProducerIdResponse(version=v, throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=0)

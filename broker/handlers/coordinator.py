@@ -1,0 +1,59 @@
+"""FindCoordinator (key 10), versions 0-6.
+
+Key type 0 (GROUP) maps to partition hash(group.id) of ``__consumer_offsets``, key type 1
+(TRANSACTION) to partition hash(transactional.id) of ``__transaction_state`` (Kafka's
+Utils.abs(String.hashCode) % partitions); the coordinator is that partition's leader. The
+internal topic is created on the first lookup, as in Kafka. v4+ batches several keys. While a
+coordinator partition is still loading the answer is COORDINATOR_NOT_AVAILABLE; an unknown key
+type gets INVALID_REQUEST; SHARE (2) is not supported.
+"""
+
+from __future__ import annotations
+
+from kafka.protocol.metadata import FindCoordinatorResponse
+
+from broker.handlers import RequestContext, api
+from protocol.errors import ErrorCode, KafkaError
+
+GROUP, TRANSACTION = 0, 1
+
+
+async def locate(ctx: RequestContext, key: str | None, key_type: int) -> tuple[int, int, str, int, str | None]:
+    """(error_code, node_id, host, port, error_message) for one coordinator key."""
+    broker = ctx.broker
+    coord = {GROUP: getattr(broker, "group_coordinator", None),
+             TRANSACTION: getattr(broker, "txn_coordinator", None)}.get(key_type)
+    if key_type not in (GROUP, TRANSACTION):
+        return ErrorCode.INVALID_REQUEST, -1, "", -1, f"Unsupported key type {key_type}"
+    if coord is None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1, "coordinator not available"
+    if key is None or (key_type == TRANSACTION and key == ""):
+        return ErrorCode.INVALID_REQUEST, -1, "", -1, "coordinator key must be non-empty"
+    try:
+        await coord.ensure_topic()
+    except KafkaError as e:
+        return e.code, -1, "", -1, e.message
+    partition = coord.partition_for(key)
+    if not coord.is_loaded(partition):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1, "coordinator is loading"
+    leader = broker.metadata.leader(coord.topic, partition)
+    for b in broker.metadata.brokers():
+        if b.node_id == leader:
+            return ErrorCode.NONE, b.node_id, b.host, b.port, None
+    return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1, "coordinator leader unknown"
+
+
+@api(10, 0, 6)
+async def handle_find_coordinator(ctx: RequestContext, request) -> FindCoordinatorResponse:
+    v = ctx.api_version
+    key_type = request.key_type if v >= 1 else GROUP
+    if v >= 4:
+        coordinators = []
+        for key in request.coordinator_keys:
+            code, node, host, port, msg = await locate(ctx, key, key_type)
+            coordinators.append(FindCoordinatorResponse.Coordinator(
+                version=v, key=key, node_id=node, host=host, port=port, error_code=code, error_message=msg))
+        return FindCoordinatorResponse(version=v, throttle_time_ms=0, coordinators=coordinators)
+    code, node, host, port, msg = await locate(ctx, request.key, key_type)
+    return FindCoordinatorResponse(version=v, throttle_time_ms=0, error_code=code, error_message=msg, node_id=node,
+                                   host=host, port=port)

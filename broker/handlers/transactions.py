@@ -1,0 +1,199 @@
+"""Transaction APIs served by the transaction coordinator, and the partition-side admin views.
+
+- AddPartitionsToTxn (24) v0-5: v0-3 from producers; v4+ batched form, including the
+  ``verify_only`` form brokers use for KIP-890 verification. Unknown partitions ->
+  UNKNOWN_TOPIC_OR_PARTITION and OPERATION_NOT_ATTEMPTED for the rest of the request.
+- AddOffsetsToTxn (25) v0-3: adds the group's ``__consumer_offsets`` partition.
+- EndTxn (26) v0-4: PrepareCommit/PrepareAbort is written before the answer; markers follow.
+- TxnOffsetCommit (28) v0-4: offsets are handed to the group coordinator, pending until the
+  marker; the offsets partition must have been added with AddOffsetsToTxn (INVALID_TXN_STATE).
+- ListTransactions (66) v0-1, DescribeTransactions (65) v0, DescribeProducers (61) v0.
+
+PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH to versions older than KIP-588's
+(InitProducerId v4, AddPartitionsToTxn v2, AddOffsetsToTxn v2, EndTxn v2, TxnOffsetCommit v3).
+Transaction version 2 (KIP-890 part 2: per-transaction epoch bumps) is not offered.
+"""
+
+from __future__ import annotations
+
+from kafka.protocol.admin import (
+    DescribeProducersResponse,
+    DescribeTransactionsResponse,
+    ListTransactionsResponse,
+)
+from kafka.protocol.producer import (
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnResponse,
+    EndTxnResponse,
+    TxnOffsetCommitResponse,
+)
+
+from broker.handlers import RequestContext, api
+from protocol.errors import ErrorCode
+
+
+def fenced(code: int, version: int, since: int) -> int:
+    if code == ErrorCode.PRODUCER_FENCED and version < since:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return code
+
+
+def _coordinator(ctx: RequestContext):
+    return ctx.broker.txn_coordinator
+
+
+APResult = AddPartitionsToTxnResponse.AddPartitionsToTxnResult
+APTopic = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
+APPart = APTopic.AddPartitionsToTxnPartitionResult
+
+
+async def _add_partitions(ctx: RequestContext, tid: str, pid: int, epoch: int, topics, verify_only: bool,
+                          v: int) -> dict[tuple[str, int], int]:
+    coord = _coordinator(ctx)
+    rm = ctx.broker.replica_manager
+    wanted = [(t.name, p) for t in topics for p in t.partitions]
+    unknown = {tp for tp in wanted if rm.get(*tp) is None}
+    if unknown:
+        return {tp: (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else ErrorCode.OPERATION_NOT_ATTEMPTED)
+                for tp in wanted}
+    if verify_only:
+        return {tp: coord.verify_partition(tid, pid, epoch, *tp) for tp in wanted}
+    code = fenced(await coord.add_partitions(tid, pid, epoch, wanted), v, 2)
+    return dict.fromkeys(wanted, code)
+
+
+def _topic_results(codes: dict[tuple[str, int], int], v: int) -> list:
+    by_topic: dict[str, list] = {}
+    for (topic, p), code in codes.items():
+        by_topic.setdefault(topic, []).append(APPart(version=v, partition_index=p, partition_error_code=code))
+    return [APTopic(version=v, name=t, results_by_partition=parts) for t, parts in by_topic.items()]
+
+
+@api(24, 0, 5)
+async def handle_add_partitions_to_txn(ctx: RequestContext, request) -> AddPartitionsToTxnResponse:
+    v = ctx.api_version
+    if v <= 3:
+        codes = await _add_partitions(ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+                                      request.v3_and_below_producer_epoch, request.v3_and_below_topics, False, v)
+        return AddPartitionsToTxnResponse(version=v, throttle_time_ms=0, results_by_topic_v3_and_below=_topic_results(codes, v))
+    results = []
+    for t in request.transactions:
+        codes = await _add_partitions(ctx, t.transactional_id, t.producer_id, t.producer_epoch, t.topics,
+                                      t.verify_only, v)
+        results.append(APResult(version=v, transactional_id=t.transactional_id, topic_results=_topic_results(codes, v)))
+    return AddPartitionsToTxnResponse(version=v, throttle_time_ms=0, error_code=0, results_by_transaction=results)
+
+
+@api(25, 0, 3)
+async def handle_add_offsets_to_txn(ctx: RequestContext, request) -> AddOffsetsToTxnResponse:
+    v = ctx.api_version
+    gc = getattr(ctx.broker, "group_coordinator", None)
+    if gc is None:
+        return AddOffsetsToTxnResponse(version=v, throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    await gc.ensure_topic()
+    tp = (gc.topic, gc.partition_for(request.group_id))
+    code = await _coordinator(ctx).add_partitions(request.transactional_id, request.producer_id,
+                                                  request.producer_epoch, [tp])
+    return AddOffsetsToTxnResponse(version=v, throttle_time_ms=0, error_code=fenced(code, v, 2))
+
+
+@api(26, 0, 4)
+async def handle_end_txn(ctx: RequestContext, request) -> EndTxnResponse:
+    v = ctx.api_version
+    code = await _coordinator(ctx).end_txn(request.transactional_id, request.producer_id, request.producer_epoch,
+                                           request.committed)
+    return EndTxnResponse(version=v, throttle_time_ms=0, error_code=fenced(code, v, 2))
+
+
+@api(28, 0, 4)
+async def handle_txn_offset_commit(ctx: RequestContext, request) -> TxnOffsetCommitResponse:
+    v = ctx.api_version
+    T = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
+    P = T.TxnOffsetCommitResponsePartition
+    gc = getattr(ctx.broker, "group_coordinator", None)
+    wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    if gc is None:
+        codes = dict.fromkeys(wanted, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    else:
+        offsets_tp = (gc.topic, gc.partition_for(request.group_id))
+        check = _coordinator(ctx).verify_partition(request.transactional_id, request.producer_id,
+                                                   request.producer_epoch, *offsets_tp)
+        if check == ErrorCode.INVALID_PRODUCER_EPOCH:
+            check = ErrorCode.PRODUCER_FENCED
+        if check != ErrorCode.NONE:
+            codes = dict.fromkeys(wanted, check)
+        else:
+            offsets = {(t.name, p.partition_index): (p.committed_offset, p.committed_leader_epoch, p.committed_metadata)
+                       for t in request.topics for p in t.partitions}
+            codes = await gc.commit_txn_offsets(
+                request.group_id, request.producer_id, request.producer_epoch,
+                request.member_id if v >= 3 else "", request.generation_id if v >= 3 else -1,
+                request.group_instance_id if v >= 3 else None, offsets)
+    topics: dict[str, list] = {}
+    for (topic, p), code in codes.items():
+        topics.setdefault(topic, []).append(P(version=v, partition_index=p, error_code=fenced(code, v, 3)))
+    return TxnOffsetCommitResponse(version=v, throttle_time_ms=0,
+                                   topics=[T(version=v, name=n, partitions=ps) for n, ps in topics.items()])
+
+
+@api(66, 0, 1)
+async def handle_list_transactions(ctx: RequestContext, request) -> ListTransactionsResponse:
+    v = ctx.api_version
+    from coordinator.txn_metadata import TxnState
+
+    known = {s.wire_name for s in TxnState}
+    states = set(request.state_filters or [])
+    unknown = sorted(states - known)
+    txns = _coordinator(ctx).list(states & known if states else None, set(request.producer_id_filters or []),
+                                  request.duration_filter if v >= 1 else -1)
+    S = ListTransactionsResponse.TransactionState
+    return ListTransactionsResponse(version=v, throttle_time_ms=0, error_code=0, unknown_state_filters=unknown,
+                                    transaction_states=[S(version=v, transactional_id=m.transactional_id,
+                                                          producer_id=m.producer_id,
+                                                          transaction_state=m.state.wire_name) for m in txns])
+
+
+@api(65, 0, 0)
+async def handle_describe_transactions(ctx: RequestContext, request) -> DescribeTransactionsResponse:
+    v = ctx.api_version
+    S = DescribeTransactionsResponse.TransactionState
+    coord = _coordinator(ctx)
+    out = []
+    for tid in request.transactional_ids:
+        md = coord.txns.get(tid)
+        if md is None:
+            out.append(S(version=v, error_code=ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, transactional_id=tid,
+                         transaction_state="", transaction_timeout_ms=0, transaction_start_time_ms=-1,
+                         producer_id=-1, producer_epoch=-1, topics=[]))
+            continue
+        topics = [S.TopicData(version=v, topic=t, partitions=ps) for t, ps in md.partitions_by_topic().items()]
+        out.append(S(version=v, error_code=0, transactional_id=tid, transaction_state=md.state.wire_name,
+                     transaction_timeout_ms=md.timeout_ms, transaction_start_time_ms=md.start_ms,
+                     producer_id=md.producer_id, producer_epoch=md.producer_epoch, topics=topics))
+    return DescribeTransactionsResponse(version=v, throttle_time_ms=0, transaction_states=out)
+
+
+@api(61, 0, 0)
+async def handle_describe_producers(ctx: RequestContext, request) -> DescribeProducersResponse:
+    v = ctx.api_version
+    T = DescribeProducersResponse.TopicResponse
+    P = T.PartitionResponse
+    S = P.ProducerState
+    rm = ctx.broker.replica_manager
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partition_indexes:
+            part = rm.get(t.name, p)
+            if part is None or part.producer_state is None:
+                parts.append(P(version=v, partition_index=p, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                               error_message=None, active_producers=[]))
+                continue
+            active = [S(version=v, producer_id=e.producer_id, producer_epoch=e.producer_epoch,
+                        last_sequence=e.last_seq, last_timestamp=e.last_timestamp,
+                        coordinator_epoch=e.coordinator_epoch,
+                        current_txn_start_offset=-1 if e.current_txn_first_offset is None else e.current_txn_first_offset)
+                      for e in part.producer_state.active_producers()]
+            parts.append(P(version=v, partition_index=p, error_code=0, error_message=None, active_producers=active))
+        topics.append(T(version=v, name=t.name, partitions=parts))
+    return DescribeProducersResponse(version=v, throttle_time_ms=0, topics=topics)

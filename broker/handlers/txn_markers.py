@@ -1,0 +1,87 @@
+"""WriteTxnMarkers (key 27), versions 1-1: the transaction coordinator ends a transaction on a
+partition leader.
+
+For each partition: the marker is checked against the producer state (a stale producer epoch ->
+INVALID_PRODUCER_EPOCH, an older coordinator epoch -> TRANSACTION_COORDINATOR_FENCED), a
+COMMIT/ABORT control batch is appended, the producer's open transaction is closed (the LSO moves
+on), an ABORT adds its entry to the segment's ``.txnindex``, and read_committed fetchers parked
+on the partition are woken. Markers landing in ``__consumer_offsets`` also settle the group
+offsets committed in that transaction. The coordinator calls this same code for local leaders.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from kafka.protocol.producer import WriteTxnMarkersResponse
+
+from broker.handlers import RequestContext, api
+from coordinator.partition_access import TxnMarkerEntry
+from protocol.errors import ErrorCode
+from storage.batch import CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT, build_control_batch
+from storage.log import AbortedTxn
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+log = logging.getLogger("broker.txn_markers")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def write_marker(broker: Broker, m: TxnMarkerEntry, topic: str, partition: int) -> ErrorCode:
+    part = broker.replica_manager.get(topic, partition)
+    if part is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    ps = part.producer_state
+    try:
+        if ps is not None:
+            ps.validate_marker(m.producer_id, m.producer_epoch, m.coordinator_epoch)
+        batch = build_control_batch(CONTROL_TYPE_COMMIT if m.committed else CONTROL_TYPE_ABORT,
+                                    producer_id=m.producer_id, producer_epoch=m.producer_epoch,
+                                    coordinator_epoch=m.coordinator_epoch)
+        offset = broker.replica_manager.append_control(part, bytearray(batch))
+        if ps is not None:
+            done = ps.complete_txn(m.producer_id, m.producer_epoch, m.committed, m.coordinator_epoch, offset)
+            if done is not None and done.is_aborted:
+                part.log.add_aborted_txn(AbortedTxn(done.producer_id, done.first_offset, done.last_offset,
+                                                    done.last_stable_offset))
+    except Exception as e:
+        code = getattr(e, "error_code", None) or getattr(e, "code", None)
+        if code is None:
+            raise
+        return ErrorCode(code)
+    part.wake_waiters()
+    if topic == OFFSETS_TOPIC:
+        gc = getattr(broker, "group_coordinator", None)
+        if gc is not None:
+            gc.complete_txn(partition, m.producer_id, m.committed)
+    return ErrorCode.NONE
+
+
+async def write_markers_locally(broker: Broker, markers: list[TxnMarkerEntry]) -> dict[tuple[int, str, int], int]:
+    out: dict[tuple[int, str, int], int] = {}
+    for m in markers:
+        for topic, parts in m.partitions.items():
+            for p in parts:
+                out[(m.producer_id, topic, p)] = write_marker(broker, m, topic, p)
+    return out
+
+
+@api(27, 1, 1)
+async def handle_write_txn_markers(ctx: RequestContext, request) -> WriteTxnMarkersResponse:
+    v = ctx.api_version
+    R = WriteTxnMarkersResponse.WritableTxnMarkerResult
+    T = R.WritableTxnMarkerTopicResult
+    P = T.WritableTxnMarkerPartitionResult
+    results = []
+    for m in request.markers:
+        entry = TxnMarkerEntry(m.producer_id, m.producer_epoch, m.transaction_result, m.coordinator_epoch,
+                               {t.name: list(t.partition_indexes) for t in m.topics})
+        codes = await write_markers_locally(ctx.broker, [entry])
+        topics = [T(version=v, name=t.name, partitions=[
+            P(version=v, partition_index=p, error_code=codes[(m.producer_id, t.name, p)]) for p in t.partition_indexes])
+            for t in m.topics]
+        results.append(R(version=v, producer_id=m.producer_id, topics=topics))
+    return WriteTxnMarkersResponse(version=v, markers=results)

@@ -1,0 +1,62 @@
+"""How coordinators reach partitions, without importing the broker.
+
+The broker hands each coordinator an object with this interface at start-up. On one node it
+calls straight into the broker's replica manager (the same path a remote request takes after
+decoding); in a cluster it will send requests to partition leaders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from storage.batch import BatchHeader
+
+
+def java_string_hash(s: str) -> int:
+    """Java's String.hashCode (over UTF-16 code units), as a signed int32."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(key: str, num_partitions: int) -> int:
+    """Kafka's coordinator partition: Utils.abs(key.hashCode) % partitions."""
+    h = java_string_hash(key)
+    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
+
+
+@dataclass(slots=True)
+class TxnMarkerEntry:
+    """One WriteTxnMarkers entry: end a producer's transaction on these partitions."""
+
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+    coordinator_epoch: int
+    partitions: dict[str, list[int]] = field(default_factory=dict)  # topic -> partitions
+
+
+class PartitionAccess(Protocol):
+    node_id: int
+
+    async def ensure_internal_topic(self, name: str, num_partitions: int, configs: dict[str, str]) -> None:
+        """Create the internal topic if missing (idempotent)."""
+
+    def partition_exists(self, topic: str, partition: int) -> bool: ...
+
+    async def append(self, topic: str, partition: int, batch: bytes) -> int:
+        """Append one coordinator-built batch (records or a control batch); returns its base offset.
+        Raises protocol.errors.KafkaError-like exceptions carrying ``code`` on failure."""
+
+    def iter_batches(self, topic: str, partition: int, start_offset: int = 0) -> Iterator[tuple[BatchHeader, bytes]]:
+        """Every batch of a local partition from ``start_offset``, for replaying coordinator state."""
+
+    def log_end_offset(self, topic: str, partition: int) -> int: ...
+
+    async def write_txn_markers(self, markers: list[TxnMarkerEntry]) -> dict[tuple[int, str, int], int]:
+        """Send WriteTxnMarkers to the leaders of the partitions; returns error code per
+        (producer_id, topic, partition)."""

@@ -1,0 +1,381 @@
+"""TransactionCoordinator: transactional ids, producer epochs and the two-phase commit.
+
+Every transition is appended to ``__transaction_state`` (partition = hash(transactional.id)
+mod ``transaction.state.log.num.partitions``) before it is answered, and state is rebuilt by
+replaying those partitions on start. EndTxn writes PrepareCommit/PrepareAbort, answers, then
+sends WriteTxnMarkers to the leaders of every partition in the transaction (through
+PartitionAccess, the path a cluster will use) and finally writes CompleteCommit/CompleteAbort.
+A coordinator that loads a Prepare state finishes its markers. Ongoing transactions older than
+their timeout are aborted with an epoch bump, which fences the producer that started them.
+
+Fault injection for tests: the environment variable ``KBROKER_CRASH_POINT`` names a point
+("txn.after_prepare_commit", "txn.after_prepare_abort", "txn.after_markers") at which the
+broker process kills itself with SIGKILL, so crash recovery is testable without timing luck.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from coordinator.partition_access import PartitionAccess, TxnMarkerEntry, partition_for
+from coordinator.txn_metadata import MAX_EPOCH, TxnMetadata, TxnState, can_transition
+from coordinator.txn_records import TxnLogValue, decode_key, decode_value, encode_key, encode_value
+from protocol.errors import ErrorCode
+from storage.batch import build_batch, decode_records
+
+log = logging.getLogger("coordinator.txn")
+
+TOPIC = "__transaction_state"
+# Marker-write errors after which retrying cannot help: the partition is gone.
+_GIVE_UP = {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.INVALID_PRODUCER_EPOCH,
+            ErrorCode.TRANSACTION_COORDINATOR_FENCED}
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _crash_if(point: str) -> None:
+    if os.environ.get("KBROKER_CRASH_POINT") == point:
+        log.warning("fault injection: crashing at %s", point)
+        logging.shutdown()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class TransactionCoordinator:
+    topic = TOPIC
+
+    def __init__(self, access: PartitionAccess, config: Any, producer_ids: Any) -> None:
+        self.access = access
+        self.producer_ids = producer_ids
+        self.num_partitions = int(config.get("transaction.state.log.num.partitions"))
+        self.max_timeout_ms = int(config.get("transaction.max.timeout.ms"))
+        self.id_expiration_ms = int(config.get("transactional.id.expiration.ms"))
+        self.abort_interval_ms = int(config.get("transaction.abort.timed.out.transaction.cleanup.interval.ms"))
+        self.remove_interval_ms = int(config.get("transaction.remove.expired.transaction.cleanup.interval.ms"))
+        self.segment_bytes = str(config.get("transaction.state.log.segment.bytes"))
+        self.coordinator_epoch = 0
+        self.txns: dict[str, TxnMetadata] = {}
+        self._loaded: set[int] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._timers: list[asyncio.Task[None]] = []
+        self._topic_ready = False
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self.access.partition_exists(TOPIC, 0):
+            self._topic_ready = True
+            for p in range(self.num_partitions):
+                self._load_partition(p)
+        self._timers.append(asyncio.create_task(self._every(self.abort_interval_ms, self.abort_timed_out)))
+        self._timers.append(asyncio.create_task(self._every(self.remove_interval_ms, self.remove_expired_ids)))
+
+    async def stop(self) -> None:
+        for t in [*self._timers, *self._tasks]:
+            t.cancel()
+        await asyncio.gather(*self._timers, *self._tasks, return_exceptions=True)
+
+    async def ensure_topic(self) -> None:
+        if self._topic_ready:
+            return
+        await self.access.ensure_internal_topic(TOPIC, self.num_partitions, {
+            "cleanup.policy": "compact", "segment.bytes": self.segment_bytes, "compression.type": "uncompressed",
+            "min.insync.replicas": "1", "unclean.leader.election.enable": "false",
+        })
+        self._topic_ready = True
+        for p in range(self.num_partitions):
+            if p not in self._loaded:
+                self._load_partition(p)
+
+    def partition_for(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, self.num_partitions)
+
+    def is_loaded(self, partition: int) -> bool:
+        return partition in self._loaded
+
+    def _load_partition(self, p: int) -> None:
+        loaded: dict[str, TxnMetadata | None] = {}
+        for header, data in self.access.iter_batches(TOPIC, p):
+            if header.is_control:
+                continue
+            for rec in decode_records(data):
+                if rec.key is None:
+                    continue
+                tid = decode_key(rec.key)
+                if rec.value is None:
+                    loaded[tid] = None
+                    continue
+                v = decode_value(rec.value)
+                parts = {(t, i) for t, ps in v.partitions.items() for i in ps}
+                prev = loaded.get(tid)
+                md = TxnMetadata(tid, v.producer_id, v.producer_epoch, v.timeout_ms, TxnState(v.status), parts,
+                                 v.start_ms, v.last_update_ms)
+                if prev is not None and prev.producer_id != v.producer_id:
+                    md.last_producer_id, md.last_producer_epoch = prev.producer_id, prev.producer_epoch
+                loaded[tid] = md
+        for tid, md in loaded.items():
+            if md is None:
+                self.txns.pop(tid, None)
+                continue
+            self.txns[tid] = md
+            if md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                log.info("resuming %s of transaction %s (producer %d epoch %d) after load", md.state.wire_name,
+                         tid, md.producer_id, md.producer_epoch)
+                self._spawn(self._complete(md))
+        self._loaded.add(p)
+
+    # --- persistence -------------------------------------------------------------------------
+
+    async def _persist(self, md: TxnMetadata, state: TxnState, **changes: Any) -> ErrorCode:
+        """Append the target state to the log; apply it to ``md`` only once it is written."""
+        if not can_transition(md.state, state):
+            log.error("illegal transition of %s from %s to %s", md.transactional_id, md.state.name, state.name)
+            return ErrorCode.INVALID_TXN_STATE
+        target = {
+            "producer_id": md.producer_id, "producer_epoch": md.producer_epoch, "timeout_ms": md.timeout_ms,
+            "partitions": md.partitions, "start_ms": md.start_ms,
+        }
+        target.update(changes)
+        now = _now_ms()
+        value = TxnLogValue(target["producer_id"], target["producer_epoch"], target["timeout_ms"], int(state),
+                            _by_topic(target["partitions"]), now, target["start_ms"])
+        batch = build_batch([(encode_key(md.transactional_id), encode_value(value))])
+        md.pending = state
+        try:
+            await self.access.append(TOPIC, self.partition_for(md.transactional_id), batch)
+        except Exception as e:  # the coordinator partition is not writable here
+            log.warning("could not persist %s for %s: %s", state.name, md.transactional_id, e)
+            return ErrorCode.NOT_COORDINATOR
+        finally:
+            md.pending = None
+        for k, val in target.items():
+            setattr(md, k, val)
+        md.state = state
+        md.last_update_ms = now
+        return ErrorCode.NONE
+
+    async def _write_tombstone(self, md: TxnMetadata) -> None:
+        batch = build_batch([(encode_key(md.transactional_id), None)])
+        await self.access.append(TOPIC, self.partition_for(md.transactional_id), batch)
+
+    # --- InitProducerId ----------------------------------------------------------------------
+
+    def _check_loaded(self, tid: str) -> ErrorCode:
+        if not self._topic_ready or self.partition_for(tid) not in self._loaded:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self._topic_ready else ErrorCode.NOT_COORDINATOR
+        return ErrorCode.NONE
+
+    async def init_producer_id(self, tid: str, timeout_ms: int, expected_pid: int = -1,
+                               expected_epoch: int = -1) -> tuple[ErrorCode, int, int]:
+        if timeout_ms <= 0 or timeout_ms > self.max_timeout_ms:
+            return ErrorCode.INVALID_TRANSACTION_TIMEOUT, -1, -1
+        await self.ensure_topic()
+        if (err := self._check_loaded(tid)) != ErrorCode.NONE:
+            return err, -1, -1
+        md = self.txns.get(tid)
+        if md is None:
+            md = TxnMetadata(tid, self.producer_ids.generate(), -1, timeout_ms, TxnState.EMPTY)
+            self.txns[tid] = md
+            err = await self._persist(md, TxnState.EMPTY, producer_epoch=0, timeout_ms=timeout_ms, partitions=set(),
+                                      start_ms=-1)
+            if err != ErrorCode.NONE:
+                self.txns.pop(tid, None)
+                return err, -1, -1
+            return ErrorCode.NONE, md.producer_id, md.producer_epoch
+        if md.pending is not None:
+            return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
+        if expected_pid != -1:
+            current = (md.producer_id, md.producer_epoch)
+            previous = (md.last_producer_id, md.last_producer_epoch)
+            if (expected_pid, expected_epoch) not in (current, previous):
+                return ErrorCode.PRODUCER_FENCED, -1, -1
+            if (expected_pid, expected_epoch) != current and md.state in (
+                    TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+                # A retry of a bump that already happened: hand back the current id and epoch.
+                return ErrorCode.NONE, md.producer_id, md.producer_epoch
+        if md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.PREPARE_EPOCH_FENCE,
+                        TxnState.DEAD):
+            return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
+        if md.state == TxnState.ONGOING:
+            # Fence the previous instance: abort its transaction under a bumped epoch, and have
+            # the new one retry (CONCURRENT_TRANSACTIONS) until the abort is complete.
+            err = await self._begin_end(md, commit=False, bump_epoch=True)
+            return (err if err != ErrorCode.NONE else ErrorCode.CONCURRENT_TRANSACTIONS), -1, -1
+        if md.producer_epoch + 1 >= MAX_EPOCH - 1:
+            new_pid, new_epoch = self.producer_ids.generate(), 0
+        else:
+            new_pid, new_epoch = md.producer_id, md.producer_epoch + 1
+        old = (md.producer_id, md.producer_epoch)
+        err = await self._persist(md, TxnState.EMPTY, producer_id=new_pid, producer_epoch=new_epoch,
+                                  timeout_ms=timeout_ms, partitions=set(), start_ms=-1)
+        if err != ErrorCode.NONE:
+            return err, -1, -1
+        md.last_producer_id, md.last_producer_epoch = old
+        return ErrorCode.NONE, md.producer_id, md.producer_epoch
+
+    # --- AddPartitionsToTxn / AddOffsetsToTxn --------------------------------------------------
+
+    def _validate(self, tid: str, pid: int, epoch: int) -> tuple[ErrorCode, TxnMetadata | None]:
+        if (err := self._check_loaded(tid)) != ErrorCode.NONE:
+            return err, None
+        md = self.txns.get(tid)
+        if md is None or md.producer_id != pid:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING, None
+        if md.producer_epoch != epoch:
+            return ErrorCode.PRODUCER_FENCED, None
+        if md.pending is not None or md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT,
+                                                  TxnState.PREPARE_EPOCH_FENCE):
+            return ErrorCode.CONCURRENT_TRANSACTIONS, None
+        return ErrorCode.NONE, md
+
+    async def add_partitions(self, tid: str, pid: int, epoch: int, partitions: Iterable[tuple[str, int]]) -> ErrorCode:
+        err, md = self._validate(tid, pid, epoch)
+        if md is None:
+            return err
+        wanted = set(partitions)
+        if md.state == TxnState.ONGOING and wanted <= md.partitions:
+            return ErrorCode.NONE
+        if md.state == TxnState.DEAD:
+            return ErrorCode.INVALID_TXN_STATE
+        start = md.start_ms if md.state == TxnState.ONGOING else _now_ms()
+        return await self._persist(md, TxnState.ONGOING, partitions=md.partitions | wanted, start_ms=start)
+
+    def verify_partition(self, tid: str, pid: int, epoch: int, topic: str, partition: int) -> ErrorCode:
+        """KIP-890 part 1: is this partition part of the producer's ongoing transaction?"""
+        md = self.txns.get(tid)
+        if md is None or md.producer_id != pid:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if md.producer_epoch > epoch:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        if md.state != TxnState.ONGOING or (topic, partition) not in md.partitions:
+            return ErrorCode.INVALID_TXN_STATE
+        return ErrorCode.NONE
+
+    # --- EndTxn --------------------------------------------------------------------------------
+
+    async def end_txn(self, tid: str, pid: int, epoch: int, commit: bool) -> ErrorCode:
+        if (err := self._check_loaded(tid)) != ErrorCode.NONE:
+            return err
+        md = self.txns.get(tid)
+        if md is None or md.producer_id != pid:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if md.producer_epoch != epoch:
+            return ErrorCode.PRODUCER_FENCED if epoch < md.producer_epoch else ErrorCode.INVALID_PRODUCER_EPOCH
+        if md.pending is not None:
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        state = md.state
+        if state == TxnState.ONGOING:
+            return await self._begin_end(md, commit=commit, bump_epoch=False)
+        if state == TxnState.COMPLETE_COMMIT:
+            return ErrorCode.NONE if commit else ErrorCode.INVALID_TXN_STATE
+        if state == TxnState.COMPLETE_ABORT:
+            return ErrorCode.NONE if not commit else ErrorCode.INVALID_TXN_STATE
+        if state == TxnState.PREPARE_COMMIT:
+            return ErrorCode.CONCURRENT_TRANSACTIONS if commit else ErrorCode.INVALID_TXN_STATE
+        if state == TxnState.PREPARE_ABORT:
+            return ErrorCode.CONCURRENT_TRANSACTIONS if not commit else ErrorCode.INVALID_TXN_STATE
+        return ErrorCode.INVALID_TXN_STATE
+
+    async def _begin_end(self, md: TxnMetadata, *, commit: bool, bump_epoch: bool) -> ErrorCode:
+        target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        changes: dict[str, Any] = {}
+        if bump_epoch and md.producer_epoch + 1 < MAX_EPOCH:
+            changes["producer_epoch"] = md.producer_epoch + 1
+        err = await self._persist(md, target, **changes)
+        if err != ErrorCode.NONE:
+            return err
+        _crash_if("txn.after_prepare_commit" if commit else "txn.after_prepare_abort")
+        self._spawn(self._complete(md))
+        return ErrorCode.NONE
+
+    async def _complete(self, md: TxnMetadata) -> None:
+        """Write the markers of a prepared transaction, then its Complete state."""
+        commit = md.state == TxnState.PREPARE_COMMIT
+        remaining = set(md.partitions)
+        backoff = 0.05
+        while remaining:
+            entry = TxnMarkerEntry(md.producer_id, md.producer_epoch, commit, self.coordinator_epoch,
+                                   _by_topic(remaining))
+            try:
+                results = await self.access.write_txn_markers([entry])
+            except Exception:
+                log.exception("writing markers for %s failed; retrying", md.transactional_id)
+                results = {}
+            for (_, topic, p), code in results.items():
+                if code == ErrorCode.NONE or code in _GIVE_UP:
+                    if code != ErrorCode.NONE:
+                        log.warning("dropping marker for %s-%d of %s: %s", topic, p, md.transactional_id,
+                                    ErrorCode(code).name)
+                    remaining.discard((topic, p))
+            if remaining:
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+        _crash_if("txn.after_markers")
+        target = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        while await self._persist(md, target, partitions=set()) != ErrorCode.NONE:
+            await asyncio.sleep(0.5)
+        log.debug("transaction %s %s", md.transactional_id, target.wire_name)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --- timers --------------------------------------------------------------------------------
+
+    async def _every(self, interval_ms: int, fn: Any) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                await fn()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("transaction coordinator timer failed")
+
+    async def abort_timed_out(self, now_ms: int | None = None) -> None:
+        now = _now_ms() if now_ms is None else now_ms
+        for md in list(self.txns.values()):
+            if md.state == TxnState.ONGOING and md.pending is None and md.start_ms + md.timeout_ms < now:
+                log.info("aborting transaction %s (producer %d epoch %d): timed out after %d ms",
+                         md.transactional_id, md.producer_id, md.producer_epoch, md.timeout_ms)
+                await self._begin_end(md, commit=False, bump_epoch=True)
+
+    async def remove_expired_ids(self, now_ms: int | None = None) -> None:
+        now = _now_ms() if now_ms is None else now_ms
+        for tid, md in list(self.txns.items()):
+            if md.pending is None and md.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT) \
+                    and md.last_update_ms + self.id_expiration_ms < now:
+                await self._write_tombstone(md)
+                self.txns.pop(tid, None)
+                log.info("expired transactional id %s", tid)
+
+    # --- admin -----------------------------------------------------------------------------------
+
+    def list(self, states: set[str] | None = None, producer_ids: set[int] | None = None,
+             min_duration_ms: int = -1) -> list[TxnMetadata]:
+        now = _now_ms()
+        out = []
+        for md in self.txns.values():
+            if states and md.state.wire_name not in states:
+                continue
+            if producer_ids and md.producer_id not in producer_ids:
+                continue
+            if min_duration_ms >= 0 and (md.state != TxnState.ONGOING or now - md.start_ms < min_duration_ms):
+                continue
+            out.append(md)
+        return out
+
+
+def _by_topic(partitions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for topic, p in sorted(partitions):
+        out.setdefault(topic, []).append(p)
+    return out
