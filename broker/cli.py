@@ -86,6 +86,17 @@ def cmd_dump_log(args: argparse.Namespace) -> int:
     return dump.main(argv)
 
 
+def _delegate(module: str):
+    """Subcommands implemented in their own module with a ``main(argv) -> int``."""
+
+    def run(args: argparse.Namespace) -> int:
+        import importlib
+
+        return importlib.import_module(module).main(list(args.rest))
+
+    return run
+
+
 def build_parser() -> argparse.ArgumentParser:
     from broker.config import serve_help_epilog
 
@@ -107,6 +118,14 @@ def build_parser() -> argparse.ArgumentParser:
     dl.add_argument("files", nargs="+")
     dl.add_argument("--print-data", action="store_true", help="print record keys, values and headers")
     dl.set_defaults(func=cmd_dump_log)
+
+    for name, module, text in (
+        ("groups", "broker.groups_cli", "consumer groups: list | describe G | reset-offsets G ..."),
+        ("transactions", "broker.transactions_cli", "transactions: list | describe ID | abort ..."),
+    ):
+        p = sub.add_parser(name, help=text, add_help=False)
+        p.add_argument("rest", nargs=argparse.REMAINDER)
+        p.set_defaults(func=_delegate(module))
     return parser
 
 

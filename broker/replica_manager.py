@@ -73,7 +73,7 @@ class Partition:
             self._waiters.clear()
 
 
-def validate_batches(buf: bytearray, max_message_bytes: int) -> list[B.BatchHeader]:
+def validate_batches(buf: bytearray | memoryview, max_message_bytes: int) -> list[B.BatchHeader]:
     """Header-level validation of a produce request's records for one partition (v3+ rules)."""
     try:
         headers = list(B.iter_headers(buf, check=True))
@@ -135,7 +135,7 @@ class ReplicaManager:
 
     # --- produce ---------------------------------------------------------------------------
 
-    def append(self, part: Partition, buf: bytearray, *, now_ms: int | None = None,
+    def append(self, part: Partition, buf: bytearray | memoryview, *, now_ms: int | None = None,
                transactional_id: str | None = None) -> AppendOutcome:
         """Validate and append one client batch; duplicates of recent idempotent batches are
         answered with their original offsets and not written again."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.metadata import ApiVersionsResponse
 
-from broker.handlers import HANDLERS, RequestContext
+from broker.handlers import HANDLERS, RawResponse, RequestContext
 from protocol.api_table import get_spec
 from protocol.errors import ErrorCode
 from protocol.headers import (
@@ -53,7 +53,7 @@ class KafkaConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer = ("?", 0)
         self._buf = bytearray()
-        self._frames: deque[bytes] = deque()
+        self._frames: deque[bytearray] = deque()
         self._worker: asyncio.Task[None] | None = None
         self._closed = False
         self._paused_reading = False
@@ -97,7 +97,8 @@ class KafkaConnection(asyncio.Protocol):
                 return
             if n - pos - 4 < size:
                 break
-            self._frames.append(bytes(buf[pos + 4 : pos + 4 + size]))
+            # A bytearray slice: one copy, and writable, so produce can patch offsets in place.
+            self._frames.append(buf[pos + 4 : pos + 4 + size])
             pos += 4 + size
         if pos:
             del buf[:pos]
@@ -155,7 +156,7 @@ class KafkaConnection(asyncio.Protocol):
             await self._can_write.wait()
         self.transport.writelines(chunks)
 
-    async def _handle(self, frame: bytes) -> list[bytes | memoryview] | None:
+    async def _handle(self, frame: bytearray) -> list[bytes | memoryview] | None:
         mv = memoryview(frame)
         try:
             header = parse_request_header(mv)
@@ -175,7 +176,10 @@ class KafkaConnection(asyncio.Protocol):
         try:
             if spec.request_flexible(version):
                 pos = skip_tagged_fields(mv, pos)
-            request = spec.request.decode(mv[pos:], version=version)
+            if reg.decoder is not None:
+                request = reg.decoder(mv[pos:], version)
+            else:
+                request = spec.request.decode(mv[pos:], version=version)
         except Exception as e:
             raise CloseConnection(f"could not decode {spec.name} v{version} request: {e!r}") from None
         ctx = RequestContext(self.broker, key, version, header.correlation_id, header.client_id,
@@ -202,16 +206,6 @@ class KafkaConnection(asyncio.Protocol):
         resp = ApiVersionsResponse[0](error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=supported_api_keys(0))
         body = resp.encode(version=0)
         return [encode_response_prefix(correlation_id, len(body), False), body]
-
-
-class RawResponse:
-    """A response body already encoded as chunks (lets Fetch send segment bytes without re-encoding)."""
-
-    __slots__ = ("chunks", "size")
-
-    def __init__(self, chunks: list[bytes | memoryview]) -> None:
-        self.chunks = chunks
-        self.size = sum(len(c) for c in chunks)
 
 
 class KafkaServer:

@@ -38,6 +38,18 @@ class Registration:
     min_version: int
     max_version: int
     handler: Handler
+    # A request decoder replacing the generic one: (body memoryview, version) -> request object.
+    decoder: Callable[[memoryview, int], Any] | None = None
+
+
+class RawResponse:
+    """A response body already encoded as chunks (lets Fetch send segment bytes without re-encoding)."""
+
+    __slots__ = ("chunks", "size")
+
+    def __init__(self, chunks: list[bytes | memoryview]) -> None:
+        self.chunks = chunks
+        self.size = sum(len(c) for c in chunks)
 
 
 HANDLERS: dict[int, Registration] = {}
@@ -60,11 +72,12 @@ HANDLER_MODULES = (
 )
 
 
-def api(api_key: int, min_version: int, max_version: int) -> Callable[[Handler], Handler]:
+def api(api_key: int, min_version: int, max_version: int, *,
+        decoder: Callable[[memoryview, int], Any] | None = None) -> Callable[[Handler], Handler]:
     """Register a handler for ``api_key`` serving versions ``min_version..max_version``."""
 
     def deco(fn: Handler) -> Handler:
-        HANDLERS[api_key] = Registration(api_key, min_version, max_version, fn)
+        HANDLERS[api_key] = Registration(api_key, min_version, max_version, fn, decoder)
         return fn
 
     return deco

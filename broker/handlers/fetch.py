@@ -15,6 +15,9 @@ current_leader_epoch.
 Fetch sessions (KIP-227): kbroker does not create sessions. A full fetch (session id 0) is
 answered with session id 0, which tells the client that no session was created, so it keeps
 sending full requests; an incremental fetch naming a session gets FETCH_SESSION_ID_NOT_FOUND.
+
+The response is encoded by protocol.fast_codecs, which passes the segment bytes through as
+separate chunks of the socket write instead of copying them into one buffer.
 """
 
 from __future__ import annotations
@@ -23,16 +26,11 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from kafka.protocol.consumer import FetchResponse
-
-from broker.handlers import RequestContext, api
+from broker.handlers import RawResponse, RequestContext, api
 from broker.replica_manager import Partition
 from protocol.errors import ErrorCode
+from protocol.fast_codecs import FetchPartitionOut, encode_fetch_response
 from storage.log import OffsetOutOfRangeError
-
-TopicResp = FetchResponse.FetchableTopicResponse
-PartData = TopicResp.PartitionData
-Aborted = PartData.AbortedTransaction
 
 READ_COMMITTED = 1
 
@@ -119,11 +117,10 @@ def _read(items: list[_Item], max_bytes: int, isolation: int) -> tuple[list[_Res
 
 
 @api(1, 4, 17)
-async def handle_fetch(ctx: RequestContext, request) -> FetchResponse:
+async def handle_fetch(ctx: RequestContext, request) -> RawResponse:
     v = ctx.api_version
     if v >= 7 and request.session_id != 0:
-        return FetchResponse(version=v, throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
-                             session_id=0, responses=[])
+        return RawResponse(encode_fetch_response(v, ErrorCode.FETCH_SESSION_ID_NOT_FOUND, 0, []))
     items = _resolve(ctx, request)
     isolation = request.isolation_level
     max_bytes = request.max_bytes
@@ -150,20 +147,13 @@ async def handle_fetch(ctx: RequestContext, request) -> FetchResponse:
             results, total, errors = _read(items, max_bytes, isolation)
             if errors:
                 break
-    return _build_response(v, request, items, results)
+    return _build_response(v, items, results)
 
 
-def _build_response(v: int, request, items: list[_Item], results: list[_Result]) -> FetchResponse:
-    topics: list[TopicResp] = []
-    current = None
+def _build_response(v: int, items: list[_Item], results: list[_Result]) -> RawResponse:
+    topics: list[tuple[str | None, object, list[FetchPartitionOut]]] = []
     for it, r in zip(items, results, strict=True):
-        if current is None or current.topic != it.topic or (v >= 13 and current.topic_id != it.topic_id):
-            current = TopicResp(version=v, topic=it.topic, topic_id=it.topic_id, partitions=[])
-            topics.append(current)
-        aborted = None if r.aborted is None else [Aborted(version=v, producer_id=pid, first_offset=fo)
-                                                  for pid, fo in r.aborted]
-        current.partitions.append(PartData(version=v, partition_index=it.index, error_code=r.error,
-                                           high_watermark=r.hw, last_stable_offset=r.lso, log_start_offset=r.log_start,
-                                           aborted_transactions=aborted, preferred_read_replica=-1,
-                                           records=r.records))
-    return FetchResponse(version=v, throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+        if not topics or topics[-1][0] != it.topic or (v >= 13 and topics[-1][1] != it.topic_id):
+            topics.append((it.topic, it.topic_id, []))
+        topics[-1][2].append(FetchPartitionOut(it.index, r.error, r.hw, r.lso, r.log_start, r.aborted, r.records))
+    return RawResponse(encode_fetch_response(v, 0, 0, topics))
