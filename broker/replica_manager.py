@@ -178,8 +178,19 @@ class ReplicaManager:
                                               f"producer {h.producer_id} epoch {h.producer_epoch}")
 
     def append_control(self, part: Partition, buf: bytearray) -> int:
-        """Append a coordinator-built batch (transaction marker, coordinator record)."""
+        """Append a coordinator-built batch (transaction marker, coordinator record).
+
+        Like Kafka's coordinator-origin appends, data batches with a producer id (transactional
+        offset commits) update producer state without client-side checks, so the LSO of
+        ``__consumer_offsets`` reflects open offset transactions; markers are applied by the
+        WriteTxnMarkers path, which needs their offset."""
         headers = list(B.iter_headers(buf, check=True))
-        result = part.log.append(buf, headers, leader_epoch=part.leader_epoch, now_ms=int(time.time() * 1000))
+        now = int(time.time() * 1000)
+        result = part.log.append(buf, headers, leader_epoch=part.leader_epoch, now_ms=now)
+        ps = part.producer_state
+        if ps is not None:
+            for h in headers:
+                if h.has_producer_id and not h.is_control:
+                    ps.update(h, now_ms=now)
         part.wake_waiters()
         return result.first_offset

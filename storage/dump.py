@@ -10,15 +10,13 @@ __transaction_state) are decoded into Kafka's JSON shape ({"type":..,"data":..} 
 from __future__ import annotations
 
 import argparse
-import base64
-import json
 import os
 import struct
 import sys
-from collections.abc import Callable
 from typing import IO, Any
 
 from storage import batch as rb
+from storage.internal_records import OFFSETS_TOPIC, TRANSACTION_TOPIC, decode_coordinator_record
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -26,8 +24,6 @@ TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"
 SNAPSHOT_SUFFIX = ".snapshot"
 
-OFFSETS_TOPIC = "__consumer_offsets"
-TRANSACTION_TOPIC = "__transaction_state"
 
 _CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 _TXN_INDEX_ENTRY = struct.Struct(">hqqqq")  # version, producerId, firstOffset, lastOffset, lastStableOffset
@@ -45,236 +41,6 @@ def _topic_of(path: str) -> str | None:
     parent = os.path.basename(os.path.dirname(os.path.abspath(path)))
     topic, sep, part = parent.rpartition("-")
     return topic if sep and part.isdigit() else None
-
-
-# --- coordinator record decoding (Kafka's TransactionLog*/OffsetCommit*/GroupMetadata* schemas) --------
-
-
-class _Reader:
-    """Reads Kafka's message-schema primitives; ``flexible`` switches to compact types + tagged fields."""
-
-    def __init__(self, buf: bytes, flexible: bool = False, pos: int = 0) -> None:
-        self.buf = buf
-        self.pos = pos
-        self.flexible = flexible
-
-    def _unpack(self, fmt: str) -> Any:
-        s = struct.Struct(fmt)
-        if self.pos + s.size > len(self.buf):
-            raise ValueError(f"buffer underflow reading {fmt} at {self.pos}")
-        (v,) = s.unpack_from(self.buf, self.pos)
-        self.pos += s.size
-        return v
-
-    def int8(self) -> int:
-        return self._unpack(">b")
-
-    def int16(self) -> int:
-        return self._unpack(">h")
-
-    def int32(self) -> int:
-        return self._unpack(">i")
-
-    def int64(self) -> int:
-        return self._unpack(">q")
-
-    def uvarint(self) -> int:
-        shift = value = 0
-        while True:
-            if self.pos >= len(self.buf):
-                raise ValueError("buffer underflow reading varint")
-            b = self.buf[self.pos]
-            self.pos += 1
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-            if shift > 35:
-                raise ValueError("varint too long")
-
-    def _length(self, nullable_int16: bool) -> int:
-        if self.flexible:
-            return self.uvarint() - 1
-        return self.int16() if nullable_int16 else self.int32()
-
-    def _raw(self, n: int) -> bytes:
-        if self.pos + n > len(self.buf):
-            raise ValueError(f"buffer underflow reading {n} bytes at {self.pos}")
-        v = self.buf[self.pos : self.pos + n]
-        self.pos += n
-        return v
-
-    def string(self) -> str | None:
-        n = self._length(nullable_int16=True)
-        return None if n < 0 else self._raw(n).decode("utf-8")
-
-    def bytes_(self) -> bytes | None:
-        n = self._length(nullable_int16=False)
-        return None if n < 0 else self._raw(n)
-
-    def array(self, item: Callable[[], Any]) -> list[Any] | None:
-        n = self._length(nullable_int16=False)
-        return None if n < 0 else [item() for _ in range(n)]
-
-    def tagged_fields(
-        self, known: dict[int, tuple[str, Callable[[_Reader], Any]]] | None = None
-    ) -> dict[str, Any]:
-        """Read a tagged-field section; known tags are decoded, unknown ones skipped."""
-        out: dict[str, Any] = {}
-        if not self.flexible:
-            return out
-        for _ in range(self.uvarint()):
-            tag = self.uvarint()
-            size = self.uvarint()
-            data = self._raw(size)
-            if known and tag in known:
-                name, decode = known[tag]
-                out[name] = decode(_Reader(data))
-        return out
-
-
-def _decode_txn_log_value(version: int, r: _Reader) -> dict[str, Any]:
-    def partitions() -> dict[str, Any]:
-        d = {"topic": r.string(), "partitionIds": r.array(r.int32)}
-        r.tagged_fields()
-        return d
-
-    d: dict[str, Any] = {
-        "producerId": r.int64(),
-        "producerEpoch": r.int16(),
-        "transactionTimeoutMs": r.int32(),
-        "transactionStatus": r.int8(),
-        "transactionPartitions": r.array(partitions),
-        "transactionLastUpdateTimestampMs": r.int64(),
-        "transactionStartTimestampMs": r.int64(),
-    }
-    d.update(
-        r.tagged_fields(
-            {
-                0: ("previousProducerId", _Reader.int64),
-                1: ("nextProducerId", _Reader.int64),
-                2: ("clientTransactionVersion", _Reader.int16),
-            }
-        )
-    )
-    return d
-
-
-def _decode_offset_commit_value(version: int, r: _Reader) -> dict[str, Any]:
-    d: dict[str, Any] = {"offset": r.int64()}
-    if version >= 3:
-        d["leaderEpoch"] = r.int32()
-    d["metadata"] = r.string()
-    d["commitTimestamp"] = r.int64()
-    if version == 1:
-        d["expireTimestamp"] = r.int64()
-    r.tagged_fields()
-    return d
-
-
-def _consumer_partitions(r: _Reader) -> list[dict[str, Any]] | None:
-    return r.array(lambda: {"topic": r.string(), "partitions": r.array(r.int32)})
-
-
-def _decode_subscription(data: bytes) -> dict[str, Any]:
-    """ConsumerProtocolSubscription v0-3 (non-flexible); the leading int16 is its version."""
-    r = _Reader(data)
-    version = r.int16()
-    d: dict[str, Any] = {"topics": r.array(r.string), "userData": _b64(r.bytes_())}
-    if version >= 1:
-        d["ownedPartitions"] = _consumer_partitions(r)
-    if version >= 2:
-        d["generationId"] = r.int32()
-    if version >= 3:
-        d["rackId"] = r.string()
-    return d
-
-
-def _decode_assignment(data: bytes) -> dict[str, Any]:
-    r = _Reader(data)
-    r.int16()
-    return {"assignedPartitions": _consumer_partitions(r), "userData": _b64(r.bytes_())}
-
-
-def _b64(data: bytes | None) -> str | None:
-    return None if data is None else base64.b64encode(data).decode("ascii")
-
-
-def _decode_group_metadata_value(version: int, r: _Reader) -> dict[str, Any]:
-    d: dict[str, Any] = {
-        "protocolType": r.string(),
-        "generation": r.int32(),
-        "protocol": r.string(),
-        "leader": r.string(),
-    }
-    if version >= 2:
-        d["currentStateTimestamp"] = r.int64()
-    consumer = d["protocolType"] == "consumer"
-
-    def member() -> dict[str, Any]:
-        m: dict[str, Any] = {"memberId": r.string()}
-        if version >= 3:
-            m["groupInstanceId"] = r.string()
-        m["clientId"] = r.string()
-        m["clientHost"] = r.string()
-        if version >= 1:
-            m["rebalanceTimeout"] = r.int32()
-        m["sessionTimeout"] = r.int32()
-        for field, decode in (("subscription", _decode_subscription), ("assignment", _decode_assignment)):
-            raw = r.bytes_()
-            m[field] = _b64(raw)
-            if consumer and raw:
-                try:  # as Kafka does: replace with the decoded struct, keep the bytes if that fails
-                    m[field] = decode(raw)
-                except (ValueError, UnicodeDecodeError):
-                    pass
-        r.tagged_fields()
-        return m
-
-    d["members"] = r.array(member)
-    r.tagged_fields()
-    return d
-
-
-# record type (the key's version prefix) -> (key fields, value decoder, first flexible value version)
-_OFFSETS_RECORDS: dict[int, tuple[list[tuple[str, str]], Callable[[int, _Reader], dict[str, Any]], int]] = {
-    0: ([("group", "string"), ("topic", "string"), ("partition", "int32")], _decode_offset_commit_value, 4),
-    1: ([("group", "string"), ("topic", "string"), ("partition", "int32")], _decode_offset_commit_value, 4),
-    2: ([("group", "string")], _decode_group_metadata_value, 4),
-}
-_TXN_RECORDS: dict[int, tuple[list[tuple[str, str]], Callable[[int, _Reader], dict[str, Any]], int]] = {
-    0: ([("transactionalId", "string")], _decode_txn_log_value, 1),
-}
-
-
-def _json(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"))
-
-
-def decode_coordinator_record(
-    topic: str, offset: int, key: bytes | None, value: bytes | None
-) -> tuple[str, str | None]:
-    """(key text, payload text) for a record of an internal topic, in Kafka's dump format."""
-    records = _TXN_RECORDS if topic == TRANSACTION_TOPIC else _OFFSETS_RECORDS
-    if key is None:
-        return (f"Failed to decode message at offset {offset} (message had a missing key)", None)
-    try:
-        kr = _Reader(key)
-        record_type = kr.int16()
-        if record_type not in records:
-            return (f"Unknown record type {record_type} at offset {offset}, skipping.", None)
-        key_fields, value_decoder, first_flexible = records[record_type]
-        key_data = {name: kr.string() if kind == "string" else kr.int32() for name, kind in key_fields}
-        key_text = _json({"type": str(record_type), "data": key_data})
-        if value is None:
-            return (key_text, "<DELETE>")
-        vr = _Reader(value)
-        version = vr.int16()
-        vr.flexible = version >= first_flexible
-        value_data = value_decoder(version, vr)
-        return (key_text, _json({"version": str(version), "data": value_data}))
-    except (ValueError, UnicodeDecodeError) as e:
-        return (f"Error at offset {offset}, skipping. {e}", None)
 
 
 # --- .log ------------------------------------------------------------------------------------------

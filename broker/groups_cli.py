@@ -1,0 +1,288 @@
+"""`kbroker groups`: list, describe and reset the offsets of consumer groups on a running broker.
+
+Speaks the Kafka protocol (protocol.client.ProtocolClient) like kafka-consumer-groups.sh:
+``list`` (ListGroups on every broker), ``describe G`` (members, assignments, committed offsets,
+log-end offsets and lag; classic groups through DescribeGroups, KIP-848 groups through
+ConsumerGroupDescribe), ``reset-offsets G --topic T --to-earliest|--to-latest|--to-offset N|
+--to-datetime ISO [--execute]`` (a dry run unless --execute; the group must have no active
+members, as in Kafka).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
+from kafka.protocol.consumer import ListOffsetsRequest, OffsetCommitRequest, OffsetFetchRequest
+from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
+
+from protocol.client import ProtocolClient
+from protocol.consumer_group_api import ConsumerGroupDescribeRequest
+from protocol.errors import ErrorCode
+from storage.internal_records import decode_assignment
+
+EARLIEST, LATEST = -2, -1
+
+
+class CliError(Exception):
+    pass
+
+
+def _split(bootstrap: str) -> tuple[str, int]:
+    host, _, port = bootstrap.rpartition(":")
+    return host or "127.0.0.1", int(port)
+
+
+def _check(code: int, what: str) -> None:
+    if code:
+        raise CliError(f"{what}: {ErrorCode(code).name}")
+
+
+class GroupsTool:
+    def __init__(self, bootstrap: str, out: TextIO) -> None:
+        self.bootstrap = bootstrap
+        self.out = out
+        self.clients: dict[tuple[str, int], ProtocolClient] = {}
+
+    async def client(self, host: str, port: int) -> ProtocolClient:
+        c = self.clients.get((host, port))
+        if c is None:
+            c = await ProtocolClient(host, port, client_id="kbroker-groups").connect()
+            self.clients[(host, port)] = c
+        return c
+
+    async def close(self) -> None:
+        for c in self.clients.values():
+            await c.close()
+
+    async def metadata(self, topics: list[str] | None = None) -> Any:
+        c = await self.client(*_split(self.bootstrap))
+        req = MetadataRequest(version=8, topics=None if topics is None else [
+            MetadataRequest.MetadataRequestTopic(version=8, name=t) for t in topics],
+            allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False)
+        return await c.request(req, 8)
+
+    async def coordinator(self, group: str) -> ProtocolClient:
+        c = await self.client(*_split(self.bootstrap))
+        for _ in range(50):
+            r = await c.request(FindCoordinatorRequest(version=3, key=group, key_type=0), 3)
+            if r.error_code == 0:
+                return await self.client(r.host, r.port)
+            if r.error_code not in (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
+                _check(r.error_code, f"finding the coordinator of {group}")
+            await asyncio.sleep(0.1)
+        raise CliError(f"no coordinator available for group {group}")
+
+    # --- list --------------------------------------------------------------------------------------
+
+    async def list(self) -> int:
+        md = await self.metadata([])
+        rows = []
+        for b in md.brokers:
+            c = await self.client(b.host, b.port)
+            r = await c.request(ListGroupsRequest(version=5, states_filter=[], types_filter=[]), 5)
+            _check(r.error_code, "listing groups")
+            rows.extend((g.group_id, g.group_type, g.protocol_type, g.group_state) for g in r.groups)
+        self._table(["GROUP", "TYPE", "PROTOCOL", "STATE"], sorted(rows))
+        return 0
+
+    # --- offsets -----------------------------------------------------------------------------------
+
+    async def committed(self, group: str, coord: ProtocolClient) -> dict[tuple[str, int], int]:
+        r = await coord.request(OffsetFetchRequest(version=7, group_id=group, topics=None, require_stable=True), 7)
+        _check(r.error_code, f"fetching the offsets of {group}")
+        return {(t.name, p.partition_index): p.committed_offset for t in r.topics for p in t.partitions
+                if p.committed_offset >= 0}
+
+    async def list_offsets(self, partitions: list[tuple[str, int]], timestamp: int) -> dict[tuple[str, int], int]:
+        if not partitions:
+            return {}
+        c = await self.client(*_split(self.bootstrap))
+        T = ListOffsetsRequest.ListOffsetsTopic
+        P = T.ListOffsetsPartition
+        by_topic: dict[str, list[int]] = {}
+        for t, p in partitions:
+            by_topic.setdefault(t, []).append(p)
+        req = ListOffsetsRequest(version=4, replica_id=-1, isolation_level=0, topics=[
+            T(version=4, name=t, partitions=[P(version=4, partition_index=p, current_leader_epoch=-1,
+                                               timestamp=timestamp) for p in ps]) for t, ps in by_topic.items()])
+        r = await c.request(req, 4)
+        out = {}
+        for t in r.topics:
+            for p in t.partitions:
+                if p.error_code == 0:
+                    out[(t.name, p.partition_index)] = p.offset
+        return out
+
+    # --- describe ----------------------------------------------------------------------------------
+
+    async def describe(self, group: str) -> int:
+        coord = await self.coordinator(group)
+        owners: dict[tuple[str, int], tuple[str, str, str]] = {}
+        members: list[tuple[str, str, str, str, str]] = []
+        r = await coord.request(DescribeGroupsRequest(version=5, groups=[group], include_authorized_operations=False), 5)
+        g = r.groups[0]
+        _check(g.error_code, f"describing {group}")
+        state, protocol, kind = g.group_state, g.protocol_data, "classic"
+        if state == "Dead" and not g.members:
+            cg = await coord.request(ConsumerGroupDescribeRequest(version=0, group_ids=[group],
+                                                                  include_authorized_operations=False), 0)
+            d = cg.groups[0]
+            if d.error_code == 0:
+                state, protocol, kind = d.group_state, d.assignor_name, "consumer"
+                for m in d.members:
+                    parts = [(tp.topic_name, p) for tp in m.assignment.topic_partitions for p in tp.partitions]
+                    for tp in parts:
+                        owners[tp] = (m.member_id, m.client_host, m.client_id)
+                    members.append((m.member_id, m.instance_id or "-", m.client_id, m.client_host,
+                                    _fmt_parts(parts)))
+        for m in g.members:
+            parts: list[tuple[str, int]] = []
+            if g.protocol_type == "consumer" and m.member_assignment:
+                try:
+                    a = decode_assignment(bytes(m.member_assignment))
+                    parts = [(t["topic"], p) for t in a["assignedPartitions"] or [] for p in t["partitions"]]
+                except ValueError:
+                    parts = []
+            for tp in parts:
+                owners[tp] = (m.member_id, m.client_host, m.client_id)
+            members.append((m.member_id, m.group_instance_id or "-", m.client_id, m.client_host, _fmt_parts(parts)))
+        committed = await self.committed(group, coord)
+        partitions = sorted(set(committed) | set(owners))
+        ends = await self.list_offsets(partitions, LATEST)
+        self.out.write(f"Group {group} ({kind}) is {state}" + (f", protocol {protocol}" if protocol else "") +
+                       f", {len(members)} member(s)\n\n")
+        rows = []
+        for tp in partitions:
+            cur = committed.get(tp)
+            end = ends.get(tp)
+            lag = "-" if cur is None or end is None else str(max(end - cur, 0))
+            mid, host, cid = owners.get(tp, ("-", "-", "-"))
+            rows.append((group, tp[0], str(tp[1]), "-" if cur is None else str(cur), "-" if end is None else str(end),
+                         lag, mid, host, cid))
+        self._table(["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
+                     "CLIENT-ID"], rows)
+        if members:
+            self.out.write("\n")
+            self._table(["CONSUMER-ID", "GROUP-INSTANCE-ID", "CLIENT-ID", "HOST", "ASSIGNMENT"], members)
+        return 0
+
+    # --- reset-offsets -----------------------------------------------------------------------------
+
+    async def reset(self, group: str, topic: str, target: tuple[str, Any], execute: bool) -> int:
+        coord = await self.coordinator(group)
+        r = await coord.request(DescribeGroupsRequest(version=5, groups=[group], include_authorized_operations=False), 5)
+        g = r.groups[0]
+        if g.error_code == 0 and g.group_state not in ("Empty", "Dead"):
+            raise CliError(f"Assignments can only be reset if the group '{group}' is inactive, but the current "
+                           f"state is {g.group_state}.")
+        md = await self.metadata([topic])
+        t = next((t for t in md.topics if t.name == topic), None)
+        if t is None or t.error_code:
+            raise CliError(f"topic {topic} not found")
+        partitions = [(topic, p.partition_index) for p in sorted(t.partitions, key=lambda p: p.partition_index)]
+        earliest = await self.list_offsets(partitions, EARLIEST)
+        latest = await self.list_offsets(partitions, LATEST)
+        kind, value = target
+        if kind == "earliest":
+            new = dict(earliest)
+        elif kind == "latest":
+            new = dict(latest)
+        elif kind == "offset":
+            new = {tp: min(max(int(value), earliest[tp]), latest[tp]) for tp in partitions}
+        else:
+            by_time = await self.list_offsets(partitions, int(value))
+            new = {tp: by_time.get(tp, latest[tp]) if by_time.get(tp, -1) >= 0 else latest[tp] for tp in partitions}
+        if execute:
+            T = OffsetCommitRequest.OffsetCommitRequestTopic
+            P = T.OffsetCommitRequestPartition
+            req = OffsetCommitRequest(version=8, group_id=group, generation_id_or_member_epoch=-1, member_id="",
+                                      group_instance_id=None, topics=[T(version=8, name=topic, partitions=[
+                                          P(version=8, partition_index=p, committed_offset=o, committed_leader_epoch=-1,
+                                            committed_metadata="") for (_, p), o in sorted(new.items())])])
+            resp = await coord.request(req, 8)
+            for rt in resp.topics:
+                for rp in rt.partitions:
+                    _check(rp.error_code, f"committing {rt.name}-{rp.partition_index}")
+        self._table(["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"],
+                    [(group, tp[0], str(tp[1]), str(o)) for tp, o in sorted(new.items())])
+        if not execute:
+            self.out.write("\n(dry run: add --execute to commit these offsets)\n")
+        return 0
+
+    def _table(self, header: list[str], rows: list[tuple[str, ...]]) -> None:
+        rows = [tuple(str(c) for c in r) for r in rows]
+        widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+        for r in [tuple(header), *rows]:
+            self.out.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n")
+
+
+def _fmt_parts(parts: list[tuple[str, int]]) -> str:
+    by_topic: dict[str, list[int]] = {}
+    for t, p in parts:
+        by_topic.setdefault(t, []).append(p)
+    return ",".join(f"{t}:{'/'.join(map(str, sorted(ps)))}" for t, ps in sorted(by_topic.items())) or "-"
+
+
+def _parse_datetime(text: str) -> int:
+    dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return int(dt.timestamp() * 1000)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kbroker groups", description="List, describe and reset consumer groups.")
+    p.add_argument("--bootstrap-server", default="127.0.0.1:9092")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="list groups")
+    d = sub.add_parser("describe", help="members, assignments, committed offsets and lag of a group")
+    d.add_argument("group")
+    r = sub.add_parser("reset-offsets", help="reset a group's committed offsets for a topic")
+    r.add_argument("group")
+    r.add_argument("--topic", required=True)
+    how = r.add_mutually_exclusive_group(required=True)
+    how.add_argument("--to-earliest", action="store_true")
+    how.add_argument("--to-latest", action="store_true")
+    how.add_argument("--to-offset", type=int)
+    how.add_argument("--to-datetime", help="ISO-8601, e.g. 2024-01-31T12:00:00Z")
+    r.add_argument("--execute", action="store_true", help="commit (otherwise only print the plan)")
+    return p
+
+
+async def _run(args: argparse.Namespace, out: TextIO) -> int:
+    tool = GroupsTool(args.bootstrap_server, out)
+    try:
+        if args.command == "list":
+            return await tool.list()
+        if args.command == "describe":
+            return await tool.describe(args.group)
+        if args.to_earliest:
+            target: tuple[str, Any] = ("earliest", None)
+        elif args.to_latest:
+            target = ("latest", None)
+        elif args.to_offset is not None:
+            target = ("offset", args.to_offset)
+        else:
+            target = ("datetime", _parse_datetime(args.to_datetime))
+        return await tool.reset(args.group, args.topic, target, args.execute)
+    finally:
+        await tool.close()
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return asyncio.run(_run(args, out or sys.stdout))
+    except (CliError, OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,484 @@
+"""The KIP-848 consumer group protocol: ConsumerGroupHeartbeat and ConsumerGroupDescribe.
+
+A mixin of GroupCoordinator. The coordinator owns the assignment: a change of membership,
+subscriptions or subscribed topics' partition counts bumps the group epoch and the server-side
+assignor computes a new target assignment; each member then reconciles toward its target on its
+own heartbeats (Kafka's CurrentAssignmentBuilder): partitions it must give up are revoked first
+(the member keeps its epoch until it confirms), partitions still owned by another member are
+withheld until released, and only then does the member reach the new epoch.
+
+Deviation from Kafka: consumer-protocol groups are kept in memory only (no ConsumerGroup*
+records in __consumer_offsets); after a coordinator restart their members get UNKNOWN_MEMBER_ID
+and rejoin. Their committed offsets are persisted like every other group's.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Protocol
+
+from coordinator import assignors
+from coordinator.group_metadata import ClassicGroup, GroupState
+from protocol.errors import ErrorCode
+
+log = logging.getLogger("coordinator.group")
+E = ErrorCode
+
+JOIN_EPOCH = 0
+LEAVE_EPOCH = -1
+STATIC_LEAVE_EPOCH = -2
+
+TopicAssignment = dict[uuid.UUID, set[int]]
+
+
+class TopicView(Protocol):
+    """What the coordinator needs to know about topics (the broker's metadata)."""
+
+    def get(self, name: str) -> tuple[uuid.UUID, int] | None: ...
+    def name_of(self, topic_id: uuid.UUID) -> str | None: ...
+    def names(self) -> list[str]: ...
+
+
+class MemberState(Enum):
+    STABLE = "stable"
+    UNREVOKED_PARTITIONS = "unrevoked_partitions"
+    UNRELEASED_PARTITIONS = "unreleased_partitions"
+
+
+@dataclass(slots=True, eq=False)
+class ConsumerMember:
+    member_id: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    rebalance_timeout_ms: int = 300000
+    subscribed_topic_names: list[str] = field(default_factory=list)
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    member_epoch: int = 0
+    previous_member_epoch: int = -1
+    state: MemberState = MemberState.STABLE
+    assigned: TopicAssignment = field(default_factory=dict)
+    pending_revocation: TopicAssignment = field(default_factory=dict)
+    session_timer: Any = None
+    rebalance_timer: Any = None
+    left_static: bool = False  # a static member that left with epoch -2 and may come back
+
+
+def _total(a: TopicAssignment) -> set[tuple[uuid.UUID, int]]:
+    return {(t, p) for t, ps in a.items() for p in ps}
+
+
+def _to_map(pairs: set[tuple[uuid.UUID, int]]) -> TopicAssignment:
+    out: TopicAssignment = {}
+    for t, p in pairs:
+        out.setdefault(t, set()).add(p)
+    return out
+
+
+class ConsumerGroup:
+    group_type = "consumer"
+
+    def __init__(self, group_id: str, now_ms: int) -> None:
+        self.group_id = group_id
+        self.state_timestamp_ms = now_ms
+        self.group_epoch = 0
+        self.assignment_epoch = 0
+        self.members: dict[str, ConsumerMember] = {}
+        self.static_members: dict[str, str] = {}
+        self.target: dict[str, TopicAssignment] = {}
+        self.subscription_metadata: dict[str, tuple[uuid.UUID, int]] = {}
+        self.assignor_name = "uniform"
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.members
+
+    @property
+    def state_name(self) -> str:
+        if not self.members:
+            return "Empty"
+        if self.group_epoch > self.assignment_epoch:
+            return "Assigning"
+        if any(m.member_epoch != self.assignment_epoch or m.state != MemberState.STABLE
+               for m in self.members.values()):
+            return "Reconciling"
+        return "Stable"
+
+    def subscribed_topic_names(self, topics: TopicView | None = None) -> set[str]:
+        names: set[str] = set()
+        for m in self.members.values():
+            names.update(m.subscribed_topic_names)
+            if m.subscribed_topic_regex and topics is not None:
+                names.update(_regex_matches(m.subscribed_topic_regex, topics))
+        names.update(self.subscription_metadata)
+        return names
+
+    def owned_by_others(self, member_id: str) -> set[tuple[uuid.UUID, int]]:
+        out: set[tuple[uuid.UUID, int]] = set()
+        for mid, m in self.members.items():
+            if mid != member_id:
+                out |= _total(m.assigned) | _total(m.pending_revocation)
+        return out
+
+
+def _regex_matches(pattern: str, topics: TopicView) -> list[str]:
+    try:
+        rx = re.compile(pattern)
+    except re.error:
+        return []
+    return [n for n in topics.names() if not n.startswith("__") and rx.fullmatch(n)]
+
+
+@dataclass(slots=True)
+class HeartbeatResult:
+    error: int
+    message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = -1
+    heartbeat_interval_ms: int = 0
+    assignment: TopicAssignment | None = None
+
+
+class ConsumerProtocolMixin:
+    groups: dict[str, Any]
+    scheduler: Any
+
+    def _cfg(self, name: str, default: Any) -> Any: ...
+    def _coordinator_error(self, group_id: str) -> int: ...
+    def _now(self) -> int: ...
+
+    def _init_consumer_protocol(self) -> None:
+        self.consumer_session_timeout_ms = int(self._cfg("group.consumer.session.timeout.ms", 45000))
+        self.consumer_heartbeat_interval_ms = int(self._cfg("group.consumer.heartbeat.interval.ms", 5000))
+        self.consumer_max_size = int(self._cfg("group.consumer.max.size", 2**31 - 1))
+        names = self._cfg("group.consumer.assignors", ["uniform", "range"])
+        if isinstance(names, str):
+            names = [n.strip() for n in names.split(",") if n.strip()]
+        self.consumer_assignors = [n.rsplit(".", 1)[-1].lower().removesuffix("assignor") or n for n in names] \
+            or ["uniform", "range"]
+
+    # --- timers ----------------------------------------------------------------------------------
+
+    def _cg_schedule_session(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        if member.session_timer is not None:
+            member.session_timer.cancel()
+
+        def expire() -> None:
+            member.session_timer = None
+            if group.members.get(member.member_id) is member:
+                log.info("consumer group %s member %s session expired; fencing it", group.group_id, member.member_id)
+                self._cg_remove_member(group, member)
+
+        member.session_timer = self.scheduler.call_later(self.consumer_session_timeout_ms, expire)
+
+    def _cg_schedule_revocation(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        if member.rebalance_timer is not None:
+            return
+
+        def expire() -> None:
+            member.rebalance_timer = None
+            if group.members.get(member.member_id) is member and member.state == MemberState.UNREVOKED_PARTITIONS:
+                log.info("consumer group %s member %s did not revoke within %d ms; fencing it", group.group_id,
+                         member.member_id, member.rebalance_timeout_ms)
+                self._cg_remove_member(group, member)
+
+        member.rebalance_timer = self.scheduler.call_later(member.rebalance_timeout_ms, expire)
+
+    def _cg_cancel_timers(self, member: ConsumerMember) -> None:
+        for name in ("session_timer", "rebalance_timer"):
+            t = getattr(member, name)
+            if t is not None:
+                t.cancel()
+            setattr(member, name, None)
+
+    def _cg_remove_member(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        self._cg_cancel_timers(member)
+        group.members.pop(member.member_id, None)
+        group.target.pop(member.member_id, None)
+        if member.instance_id is not None and group.static_members.get(member.instance_id) == member.member_id:
+            del group.static_members[member.instance_id]
+        group.group_epoch += 1
+        group.state_timestamp_ms = self._now()
+
+    def _unload_consumer_group(self, group: ConsumerGroup) -> None:
+        for m in group.members.values():
+            self._cg_cancel_timers(m)
+
+    # --- offsets validation ----------------------------------------------------------------------
+
+    def _validate_consumer_commit(self, group: ConsumerGroup, member_epoch: int, member_id: str,
+                                  instance_id: str | None, transactional: bool) -> int:
+        if member_epoch < 0 and not member_id:
+            return E.NONE if (group.is_empty or transactional) else E.UNKNOWN_MEMBER_ID
+        member = group.members.get(member_id)
+        if member is None:
+            return E.UNKNOWN_MEMBER_ID
+        if member_epoch != member.member_epoch:
+            return E.STALE_MEMBER_EPOCH
+        return E.NONE
+
+    def _validate_consumer_fetch(self, group: ConsumerGroup, member_id: str, member_epoch: int) -> int:
+        member = group.members.get(member_id)
+        if member is None:
+            return E.UNKNOWN_MEMBER_ID
+        if member_epoch != member.member_epoch:
+            return E.STALE_MEMBER_EPOCH
+        return E.NONE
+
+    # --- heartbeat -------------------------------------------------------------------------------
+
+    def consumer_group_heartbeat(self, topics: TopicView, group_id: str, member_id: str, member_epoch: int, *,
+                                 instance_id: str | None = None, rack_id: str | None = None,
+                                 rebalance_timeout_ms: int = -1, subscribed_topic_names: list[str] | None = None,
+                                 subscribed_topic_regex: str | None = None, server_assignor: str | None = None,
+                                 owned: list[tuple[uuid.UUID, list[int]]] | None = None, client_id: str = "",
+                                 client_host: str = "", api_version: int = 1) -> HeartbeatResult:
+        def fail(code: int, message: str | None = None) -> HeartbeatResult:
+            return HeartbeatResult(error=code, message=message, member_id=member_id or None,
+                                   member_epoch=member_epoch)
+
+        if not group_id:
+            return fail(E.INVALID_REQUEST, "GroupId can't be empty.")
+        if instance_id == "":
+            return fail(E.INVALID_REQUEST, "InstanceId can't be empty.")
+        if rack_id == "":
+            return fail(E.INVALID_REQUEST, "RackId can't be empty.")
+        if server_assignor is not None and server_assignor not in self.consumer_assignors:
+            return fail(E.UNSUPPORTED_ASSIGNOR, f"ServerAssignor {server_assignor} is not supported. "
+                                                f"Supported assignors: {', '.join(self.consumer_assignors)}.")
+        if subscribed_topic_regex is not None:
+            try:
+                re.compile(subscribed_topic_regex)
+            except re.error as e:
+                return fail(E.INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex {subscribed_topic_regex} is invalid: {e}")
+        if member_epoch == JOIN_EPOCH:
+            if rebalance_timeout_ms == -1:
+                return fail(E.INVALID_REQUEST, "RebalanceTimeoutMs must be provided in first request.")
+            if owned is None or owned:
+                return fail(E.INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining.")
+            if subscribed_topic_names is None and subscribed_topic_regex is None:
+                return fail(E.INVALID_REQUEST, "SubscribedTopicNames or SubscribedTopicRegex must be set in first "
+                                               "request.")
+            if not member_id:
+                if api_version >= 1:
+                    return fail(E.INVALID_REQUEST, "MemberId can't be empty.")
+                member_id = str(uuid.uuid4())
+        elif not member_id:
+            return fail(E.INVALID_REQUEST, "MemberId can't be empty.")
+        err = self._coordinator_error(group_id)
+        if err:
+            return fail(err)
+
+        group = self.groups.get(group_id)
+        empty_classic = isinstance(group, ClassicGroup) and group.is_in(GroupState.EMPTY) and not group.members
+        if group is None or empty_classic:
+            if member_epoch != JOIN_EPOCH:
+                # E.g. after a coordinator restart (consumer groups are not persisted): the
+                # member rejoins from scratch.
+                return fail(E.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}.")
+            # An empty classic group (or one known only by offsets) becomes a consumer group;
+            # its offsets are kept.
+            group = ConsumerGroup(group_id, self._now())
+            group.assignor_name = self.consumer_assignors[0]
+            self.groups[group_id] = group
+        elif not isinstance(group, ConsumerGroup):
+            return fail(E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+
+        if member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+            return self._cg_leave(group, member_id, member_epoch, instance_id)
+
+        member = group.members.get(member_id)
+        new_member = False
+        if member_epoch == JOIN_EPOCH:
+            if instance_id is not None and instance_id in group.static_members and \
+                    group.static_members[instance_id] != member_id:
+                old = group.members[group.static_members[instance_id]]
+                if not old.left_static:
+                    return fail(E.UNRELEASED_INSTANCE_ID,
+                                f"Static member {old.member_id} with instance id {instance_id} is not released.")
+                # A restarted static member takes over its predecessor's assignment and epoch.
+                self._cg_cancel_timers(old)
+                old_id = old.member_id
+                del group.members[old_id]
+                old.member_id = member_id
+                old.left_static = False
+                old.member_epoch = old.previous_member_epoch if old.member_epoch < 0 else old.member_epoch
+                group.members[member_id] = old
+                group.static_members[instance_id] = member_id
+                group.target[member_id] = group.target.pop(old_id, {})
+                member = old
+            elif member is None:
+                if len(group.members) >= self.consumer_max_size:
+                    return fail(E.GROUP_MAX_SIZE_REACHED, f"The consumer group has reached its maximum capacity "
+                                                          f"of {self.consumer_max_size} members.")
+                member = ConsumerMember(member_id=member_id, instance_id=instance_id)
+                group.members[member_id] = member
+                if instance_id is not None:
+                    group.static_members[instance_id] = member_id
+                new_member = True
+            elif member.member_epoch != 0 or _total(member.assigned) or _total(member.pending_revocation):
+                # A known member rejoining from scratch (e.g. after it was fenced client-side):
+                # it owns nothing any more.
+                member.assigned, member.pending_revocation = {}, {}
+                member.member_epoch, member.previous_member_epoch = 0, -1
+                member.state = MemberState.STABLE
+                group.group_epoch += 1
+        else:
+            if member is None:
+                return fail(E.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}.")
+            if member_epoch != member.member_epoch:
+                owned_set = {(t, p) for t, ps in (owned or []) for p in ps}
+                if not (member_epoch == member.previous_member_epoch and owned is not None
+                        and owned_set <= _total(member.assigned)):
+                    return fail(E.FENCED_MEMBER_EPOCH, f"The consumer group member has a greater member epoch "
+                                                       f"({member.member_epoch}) than the one known by the client "
+                                                       f"({member_epoch}).")
+
+        # Update the member's declared state; a subscription change bumps the group epoch.
+        changed = new_member
+        if subscribed_topic_names is not None and sorted(subscribed_topic_names) != sorted(member.subscribed_topic_names):
+            member.subscribed_topic_names = list(subscribed_topic_names)
+            changed = True
+        if subscribed_topic_regex is not None and subscribed_topic_regex != member.subscribed_topic_regex:
+            member.subscribed_topic_regex = subscribed_topic_regex or None
+            changed = True
+        if server_assignor is not None and server_assignor != member.server_assignor:
+            member.server_assignor = server_assignor
+            changed = True
+        if rebalance_timeout_ms != -1:
+            member.rebalance_timeout_ms = rebalance_timeout_ms
+        if rack_id is not None:
+            member.rack_id = rack_id
+        member.client_id, member.client_host = client_id, client_host
+        # Partition counts of subscribed topics changing (or topics appearing) bumps it too; one
+        # heartbeat moves the group by at most one epoch.
+        metadata = self._cg_subscription_metadata(group, topics)
+        if metadata != group.subscription_metadata:
+            group.subscription_metadata = metadata
+            changed = True
+        if changed:
+            group.group_epoch += 1
+        if group.group_epoch > group.assignment_epoch:
+            self._cg_compute_target(group, topics)
+
+        before = (member.member_epoch, {t: set(ps) for t, ps in member.assigned.items()})
+        owned_map = None if owned is None else {t: set(ps) for t, ps in owned}
+        self._cg_reconcile(group, member, owned_map)
+        self._cg_schedule_session(group, member)
+        if member.state == MemberState.UNREVOKED_PARTITIONS:
+            self._cg_schedule_revocation(group, member)
+        elif member.rebalance_timer is not None:
+            member.rebalance_timer.cancel()
+            member.rebalance_timer = None
+        after = (member.member_epoch, member.assigned)
+        send_assignment = member_epoch == JOIN_EPOCH or before != after or (
+            owned_map is not None and _total(owned_map) != _total(member.assigned))
+        return HeartbeatResult(error=E.NONE, member_id=member.member_id, member_epoch=member.member_epoch,
+                               heartbeat_interval_ms=self.consumer_heartbeat_interval_ms,
+                               assignment={t: set(ps) for t, ps in member.assigned.items()} if send_assignment
+                               else None)
+
+    def _cg_leave(self, group: ConsumerGroup, member_id: str, epoch: int, instance_id: str | None) -> HeartbeatResult:
+        member = group.members.get(member_id)
+        if member is None and instance_id is not None:
+            mid = group.static_members.get(instance_id)
+            member = group.members.get(mid) if mid else None
+        if member is None:
+            return HeartbeatResult(error=E.UNKNOWN_MEMBER_ID, member_id=member_id, member_epoch=epoch,
+                                   message=f"Member {member_id} is not a member of group {group.group_id}.")
+        if epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
+            # A static member going away temporarily keeps its assignment for the session timeout.
+            member.left_static = True
+            member.previous_member_epoch = member.member_epoch
+            member.member_epoch = STATIC_LEAVE_EPOCH
+            self._cg_schedule_session(group, member)
+        else:
+            log.info("consumer group %s member %s left", group.group_id, member.member_id)
+            self._cg_remove_member(group, member)
+        return HeartbeatResult(error=E.NONE, member_id=member_id, member_epoch=epoch,
+                               heartbeat_interval_ms=0)
+
+    def _cg_subscription_metadata(self, group: ConsumerGroup, topics: TopicView) -> dict[str, tuple[uuid.UUID, int]]:
+        out = {}
+        names: set[str] = set()
+        for m in group.members.values():
+            names.update(m.subscribed_topic_names)
+            if m.subscribed_topic_regex:
+                names.update(_regex_matches(m.subscribed_topic_regex, topics))
+        for name in sorted(names):
+            info = topics.get(name)
+            if info is not None:
+                out[name] = info
+        return out
+
+    def _cg_compute_target(self, group: ConsumerGroup, topics: TopicView) -> None:
+        preferred = [m.server_assignor for m in group.members.values() if m.server_assignor]
+        if preferred:
+            # The most preferred assignor among members wins (Kafka's rule), else the default.
+            group.assignor_name = max(sorted(set(preferred)), key=preferred.count)
+        elif group.assignor_name not in self.consumer_assignors:
+            group.assignor_name = self.consumer_assignors[0]
+        specs = []
+        for m in group.members.values():
+            names = set(m.subscribed_topic_names)
+            if m.subscribed_topic_regex:
+                names.update(_regex_matches(m.subscribed_topic_regex, topics))
+            subscribed = {group.subscription_metadata[n][0] for n in names if n in group.subscription_metadata}
+            specs.append(assignors.MemberSpec(m.member_id, subscribed, group.target.get(m.member_id, {})))
+        partitions = {tid: n for tid, n in group.subscription_metadata.values()}
+        group.target = assignors.assign(group.assignor_name, specs, partitions)
+        group.assignment_epoch = group.group_epoch
+        log.info("consumer group %s epoch %d: new target assignment by %s for %d members", group.group_id,
+                 group.group_epoch, group.assignor_name, len(specs))
+
+    def _cg_reconcile(self, group: ConsumerGroup, member: ConsumerMember,
+                      owned: dict[uuid.UUID, set[int]] | None) -> None:
+        """Move the member toward its target: revoke first, then take what others have released."""
+        if member.left_static:
+            return
+        if member.state == MemberState.UNREVOKED_PARTITIONS:
+            if owned is None or (_total(owned) & _total(member.pending_revocation)):
+                return  # still waiting for the member to confirm the revocation
+            member.pending_revocation = {}
+            member.state = MemberState.STABLE
+            member.previous_member_epoch = member.member_epoch
+        target_epoch = group.assignment_epoch
+        if member.member_epoch == target_epoch and member.state == MemberState.STABLE:
+            return
+        target = _total(group.target.get(member.member_id, {}))
+        current = _total(member.assigned)
+        keep = current & target
+        revoke = current - target
+        if revoke:
+            member.assigned = _to_map(keep)
+            member.pending_revocation = _to_map(revoke)
+            member.state = MemberState.UNREVOKED_PARTITIONS
+            return
+        taken = group.owned_by_others(member.member_id)
+        grant = keep | {tp for tp in target - keep if tp not in taken}
+        member.assigned = _to_map(grant)
+        if member.member_epoch != target_epoch:
+            member.previous_member_epoch = member.member_epoch
+            member.member_epoch = target_epoch
+        member.state = MemberState.STABLE if grant == target else MemberState.UNRELEASED_PARTITIONS
+
+    # --- describe --------------------------------------------------------------------------------
+
+    def consumer_group_describe(self, group_id: str) -> tuple[int, str | None, ConsumerGroup | None]:
+        if not group_id:
+            return E.INVALID_GROUP_ID, "Group id can't be empty.", None
+        err = self._coordinator_error(group_id)
+        if err:
+            return err, None, None
+        group = self.groups.get(group_id)
+        if group is None:
+            return E.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
+        if not isinstance(group, ConsumerGroup):
+            return E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.", None
+        return E.NONE, None, group
