@@ -129,7 +129,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_DELEGATED = {"groups": "broker.groups_cli", "transactions": "broker.transactions_cli"}
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in _DELEGATED:
+        # Their own parsers handle every option, including ones placed before the action.
+        import importlib
+
+        return importlib.import_module(_DELEGATED[argv[0]]).main(argv[1:])
     args = build_parser().parse_args(argv)
     return args.func(args)
 

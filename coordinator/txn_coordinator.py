@@ -208,16 +208,22 @@ class TransactionCoordinator:
             # the new one retry (CONCURRENT_TRANSACTIONS) until the abort is complete.
             err = await self._begin_end(md, commit=False, bump_epoch=True)
             return (err if err != ErrorCode.NONE else ErrorCode.CONCURRENT_TRANSACTIONS), -1, -1
-        if md.producer_epoch + 1 >= MAX_EPOCH - 1:
+        if md.producer_epoch >= MAX_EPOCH - 1:
             new_pid, new_epoch = self.producer_ids.generate(), 0
         else:
             new_pid, new_epoch = md.producer_id, md.producer_epoch + 1
-        old = (md.producer_id, md.producer_epoch)
+        # As Kafka's prepareIncrementProducerEpoch: the previous id/epoch is remembered only for a
+        # caller that proved it held them (KIP-360), so only its retry is recognised; a plain
+        # InitProducerId forgets it, and the instance it replaced stays fenced.
+        if expected_pid != -1:
+            last = (md.producer_id, md.producer_epoch)
+        else:
+            last = (md.producer_id if new_pid != md.producer_id else -1, -1)
         err = await self._persist(md, TxnState.EMPTY, producer_id=new_pid, producer_epoch=new_epoch,
                                   timeout_ms=timeout_ms, partitions=set(), start_ms=-1)
         if err != ErrorCode.NONE:
             return err, -1, -1
-        md.last_producer_id, md.last_producer_epoch = old
+        md.last_producer_id, md.last_producer_epoch = last
         return ErrorCode.NONE, md.producer_id, md.producer_epoch
 
     # --- AddPartitionsToTxn / AddOffsetsToTxn --------------------------------------------------
@@ -252,8 +258,10 @@ class TransactionCoordinator:
         md = self.txns.get(tid)
         if md is None or md.producer_id != pid:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
-        if md.producer_epoch > epoch:
-            return ErrorCode.INVALID_PRODUCER_EPOCH
+        if md.producer_epoch != epoch:
+            return ErrorCode.PRODUCER_FENCED
+        if md.pending is not None or md.completing:
+            return ErrorCode.CONCURRENT_TRANSACTIONS
         if md.state != TxnState.ONGOING or (topic, partition) not in md.partitions:
             return ErrorCode.INVALID_TXN_STATE
         return ErrorCode.NONE
@@ -267,7 +275,7 @@ class TransactionCoordinator:
         if md is None or md.producer_id != pid:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
         if md.producer_epoch != epoch:
-            return ErrorCode.PRODUCER_FENCED if epoch < md.producer_epoch else ErrorCode.INVALID_PRODUCER_EPOCH
+            return ErrorCode.PRODUCER_FENCED
         if md.pending is not None:
             return ErrorCode.CONCURRENT_TRANSACTIONS
         state = md.state

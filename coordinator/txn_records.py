@@ -44,7 +44,8 @@ def decode_key(data: bytes) -> str:
 
 def encode_value(v: TxnLogValue) -> bytes:
     out = [_VALUE_HEAD.pack(0, v.producer_id, v.producer_epoch, v.timeout_ms, v.status)]
-    out.append(struct.pack(">i", len(v.partitions)))
+    # Kafka writes a null partition array for Empty (TransactionLog.valueToBytes).
+    out.append(struct.pack(">i", -1 if v.status == 0 and not v.partitions else len(v.partitions)))
     for topic, parts in sorted(v.partitions.items()):
         out.append(_string(topic))
         out.append(struct.pack(f">i{len(parts)}i", len(parts), *sorted(parts)))

@@ -48,7 +48,9 @@ class ProtocolClient:
     async def request(self, request: Any, version: int) -> Any:
         """Send ``request`` (a kafka-python ApiMessage) at ``version``; return the decoded response."""
         spec = get_spec(request.API_KEY)
-        assert spec is not None and self._writer is not None
+        assert spec is not None
+        if self._writer is None or self._reader_task is None or self._reader_task.done():
+            raise ConnectionError("not connected")
         corr = next(self._corr)
         body = bytes(request.encode(version=version))
         frame = encode_request(spec.api_key, version, corr, self.client_id, body, spec.request_flexible(version))

@@ -23,7 +23,10 @@ from protocol.errors import ErrorCode
 @api(22, 0, 5)
 async def handle_init_producer_id(ctx: RequestContext, request) -> InitProducerIdResponse:
     v = ctx.api_version
-    if request.transactional_id:
+    if request.transactional_id == "":
+        return InitProducerIdResponse(version=v, throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST,
+                                      producer_id=-1, producer_epoch=-1)
+    if request.transactional_id is not None:
         code, pid, epoch = await ctx.broker.txn_coordinator.init_producer_id(
             request.transactional_id, request.transaction_timeout_ms,
             request.producer_id if v >= 3 else -1, request.producer_epoch if v >= 3 else -1)

@@ -44,7 +44,6 @@ def _coordinator(ctx: RequestContext):
 
 APResult = AddPartitionsToTxnResponse.AddPartitionsToTxnResult
 APTopic = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
-APPart = APTopic.AddPartitionsToTxnPartitionResult
 
 
 async def _add_partitions(ctx: RequestContext, tid: str, pid: int, epoch: int, topics, verify_only: bool,
@@ -63,10 +62,13 @@ async def _add_partitions(ctx: RequestContext, tid: str, pid: int, epoch: int, t
 
 
 def _topic_results(codes: dict[tuple[str, int], int], v: int) -> list:
+    # v0-3 and v4+ nest the same topic/partition result structs under different parents.
+    topic_cls = APTopic if v <= 3 else APResult.AddPartitionsToTxnTopicResult
+    part_cls = topic_cls.AddPartitionsToTxnPartitionResult
     by_topic: dict[str, list] = {}
     for (topic, p), code in codes.items():
-        by_topic.setdefault(topic, []).append(APPart(version=v, partition_index=p, partition_error_code=code))
-    return [APTopic(version=v, name=t, results_by_partition=parts) for t, parts in by_topic.items()]
+        by_topic.setdefault(topic, []).append(part_cls(version=v, partition_index=p, partition_error_code=code))
+    return [topic_cls(version=v, name=t, results_by_partition=parts) for t, parts in by_topic.items()]
 
 
 @api(24, 0, 5)

@@ -43,7 +43,7 @@ def free_port() -> int:
 
 class BrokerProcess:
     def __init__(self, data_dir: Path, *, port: int | None = None, overrides: dict[str, str] | None = None,
-                 log_path: Path | None = None, python: str | None = None) -> None:
+                 log_path: Path | None = None, python: str | None = None, env: dict[str, str] | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.port = port if port is not None else free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
@@ -52,6 +52,9 @@ class BrokerProcess:
             self.data_dir.name + ".broker.log")
         self.overrides = {**DEFAULT_OVERRIDES, **(overrides or {})}
         self.python = python or sys.executable
+        # Extra environment for the broker process (e.g. KBROKER_CRASH_POINT fault injection); read at
+        # every start, so a test can set it for one run and clear it before restarting.
+        self.env: dict[str, str] = dict(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         # A test that provokes an internal error on purpose sets this; the fixtures then accept a
@@ -80,7 +83,7 @@ class BrokerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.starts += 1
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         with open(self.log_path, "ab") as log:
             log.write(f"===== kbroker start #{self.starts}: {' '.join(self.command())}\n".encode())
             log.flush()

@@ -8,7 +8,13 @@ import pytest
 from kafka.protocol.metadata import MetadataRequest
 
 from protocol.api_table import get_spec
-from protocol.headers import HeaderError, encode_request, encode_response_prefix, parse_request_header, skip_tagged_fields
+from protocol.headers import (
+    HeaderError,
+    encode_request,
+    encode_response_prefix,
+    parse_request_header,
+    skip_tagged_fields,
+)
 
 
 def test_round_trip_flexible_header():

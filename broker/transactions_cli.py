@@ -1,0 +1,291 @@
+"""``kbroker transactions``: inspect transactions and abort hanging ones, like Kafka's kafka-transactions.sh.
+
+    kbroker transactions [--bootstrap-server H:P] [--json] list
+    kbroker transactions describe TRANSACTIONAL_ID
+    kbroker transactions describe-producers --topic T --partition P
+    kbroker transactions abort --topic T --partition P
+        (--producer-id N --producer-epoch E --coordinator-epoch C | --start-offset O)
+
+``list`` asks every broker (ListTransactions); ``describe`` asks the transaction coordinator found
+with FindCoordinator(TRANSACTION) (DescribeTransactions); ``describe-producers`` asks the partition
+leader (DescribeProducers). ``abort`` ends a hanging transaction on one partition by sending
+WriteTxnMarkers(ABORT) to its leader, as Kafka's Admin.abortTransaction does; with
+``--start-offset`` the producer is first looked up with DescribeProducers (the one whose open
+transaction starts at that offset). Tables use Kafka's column names; ``--json`` prints JSON instead.
+Exit status: 0 on success, 1 when the broker answered an error, 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+from kafka.protocol.admin import (
+    DescribeProducersRequest,
+    DescribeTransactionsRequest,
+    ListTransactionsRequest,
+)
+from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
+from kafka.protocol.producer import WriteTxnMarkersRequest
+
+from protocol.client import ProtocolClient
+from protocol.errors import ErrorCode
+
+TRANSACTION_KEY_TYPE = 1
+
+
+class CliError(Exception):
+    """A broker answered with an error; the message is printed and the exit status is 1."""
+
+
+def _error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error {code}"
+
+
+def _split(hostport: str) -> tuple[str, int]:
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {hostport!r}")
+    return host, int(port)
+
+
+class _Cluster:
+    """Connections by node, starting from the bootstrap server; closed together at the end."""
+
+    def __init__(self, bootstrap: tuple[str, int]) -> None:
+        self.bootstrap = bootstrap
+        self._clients: dict[tuple[str, int], ProtocolClient] = {}
+
+    async def client(self, addr: tuple[str, int] | None = None) -> ProtocolClient:
+        addr = addr or self.bootstrap
+        if addr not in self._clients:
+            self._clients[addr] = await ProtocolClient(*addr, client_id="kbroker-transactions").connect()
+        return self._clients[addr]
+
+    async def close(self) -> None:
+        for c in self._clients.values():
+            await c.close()
+
+    async def metadata(self, topics: list[str] | None) -> Any:
+        req_topics = None if topics is None else [MetadataRequest.MetadataRequestTopic(version=8, name=t)
+                                                   for t in topics]
+        return await (await self.client()).request(MetadataRequest(
+            version=8, topics=req_topics, allow_auto_topic_creation=False,
+            include_cluster_authorized_operations=False, include_topic_authorized_operations=False), 8)
+
+    async def brokers(self) -> dict[int, tuple[str, int]]:
+        md = await self.metadata([])
+        return {b.node_id: (b.host, b.port) for b in md.brokers}
+
+    async def leader(self, topic: str, partition: int) -> tuple[int, tuple[str, int]]:
+        md = await self.metadata([topic])
+        nodes = {b.node_id: (b.host, b.port) for b in md.brokers}
+        for t in md.topics:
+            if t.name != topic:
+                continue
+            if t.error_code:
+                raise CliError(f"topic {topic}: {_error_name(t.error_code)}")
+            for p in t.partitions:
+                if p.partition_index == partition:
+                    if p.leader_id not in nodes:
+                        raise CliError(f"{topic}-{partition} has no leader (leader id {p.leader_id})")
+                    return p.leader_id, nodes[p.leader_id]
+        raise CliError(f"{topic}-{partition}: {_error_name(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)}")
+
+    async def coordinator(self, transactional_id: str) -> tuple[int, tuple[str, int]]:
+        c = await self.client()
+        for _ in range(50):  # the coordinator partition may still be loading
+            resp = await c.request(FindCoordinatorRequest(version=3, key=transactional_id,
+                                                          key_type=TRANSACTION_KEY_TYPE), 3)
+            if resp.error_code not in (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
+                break
+            await asyncio.sleep(0.1)
+        if resp.error_code:
+            raise CliError(f"finding the coordinator of {transactional_id}: {_error_name(resp.error_code)}")
+        return resp.node_id, (resp.host, resp.port)
+
+
+# --- commands ---------------------------------------------------------------------------------------
+
+
+async def _list(cluster: _Cluster, args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = []
+    for node, addr in sorted((await cluster.brokers()).items()):
+        resp = await (await cluster.client(addr)).request(
+            ListTransactionsRequest(version=0, state_filters=[], producer_id_filters=[]), 0)
+        if resp.error_code:
+            raise CliError(f"ListTransactions on broker {node}: {_error_name(resp.error_code)}")
+        for s in resp.transaction_states:
+            rows.append({"TransactionalId": s.transactional_id, "Coordinator": node, "ProducerId": s.producer_id,
+                         "TransactionState": s.transaction_state})
+    return sorted(rows, key=lambda r: r["TransactionalId"])
+
+
+async def _describe(cluster: _Cluster, args: argparse.Namespace) -> list[dict[str, Any]]:
+    node, addr = await cluster.coordinator(args.transactional_id)
+    resp = await (await cluster.client(addr)).request(
+        DescribeTransactionsRequest(version=0, transactional_ids=[args.transactional_id]), 0)
+    s = resp.transaction_states[0]
+    if s.error_code:
+        raise CliError(f"transactional id {args.transactional_id}: {_error_name(s.error_code)}")
+    start = s.transaction_start_time_ms
+    duration = int(time.time() * 1000) - start if start >= 0 else None
+    partitions = [f"{t.topic}-{p}" for t in s.topics for p in sorted(t.partitions)]
+    return [{"CoordinatorId": node, "TransactionalId": s.transactional_id, "ProducerId": s.producer_id,
+             "ProducerEpoch": s.producer_epoch, "TransactionState": s.transaction_state,
+             "CurrentTransactionTimeoutMs": s.transaction_timeout_ms,
+             "CurrentTransactionStartTimeMs": start if start >= 0 else None,
+             "TransactionDurationMs": duration, "TopicPartitions": ",".join(partitions)}]
+
+
+async def _producers(cluster: _Cluster, topic: str, partition: int) -> tuple[tuple[str, int], list[Any]]:
+    _, addr = await cluster.leader(topic, partition)
+    R = DescribeProducersRequest
+    resp = await (await cluster.client(addr)).request(
+        R(version=0, topics=[R.TopicRequest(version=0, name=topic, partition_indexes=[partition])]), 0)
+    p = resp.topics[0].partitions[0]
+    if p.error_code:
+        raise CliError(f"{topic}-{partition}: {_error_name(p.error_code)}"
+                       + (f" ({p.error_message})" if p.error_message else ""))
+    return addr, list(p.active_producers)
+
+
+async def _describe_producers(cluster: _Cluster, args: argparse.Namespace) -> list[dict[str, Any]]:
+    _, producers = await _producers(cluster, args.topic, args.partition)
+    return [{"ProducerId": s.producer_id, "ProducerEpoch": s.producer_epoch,
+             "LatestCoordinatorEpoch": s.coordinator_epoch, "LastSequence": s.last_sequence,
+             "LastTimestamp": s.last_timestamp,
+             "CurrentTransactionStartOffset": s.current_txn_start_offset if s.current_txn_start_offset >= 0 else None}
+            for s in producers]
+
+
+async def _abort(cluster: _Cluster, args: argparse.Namespace) -> list[dict[str, Any]]:
+    if args.start_offset is not None:
+        addr, producers = await _producers(cluster, args.topic, args.partition)
+        match = [s for s in producers if s.current_txn_start_offset == args.start_offset]
+        if not match:
+            raise CliError(f"no open transaction on {args.topic}-{args.partition} starts at offset "
+                           f"{args.start_offset}")
+        s = match[0]
+        pid, epoch, coord_epoch = s.producer_id, s.producer_epoch, s.coordinator_epoch
+    else:
+        _, addr = await cluster.leader(args.topic, args.partition)
+        pid, epoch, coord_epoch = args.producer_id, args.producer_epoch, args.coordinator_epoch
+    # A producer that never saw a marker reports coordinator epoch -1; the marker carries 0, which no
+    # partition can consider older than what it has.
+    coord_epoch = max(coord_epoch, 0)
+    M = WriteTxnMarkersRequest.WritableTxnMarker
+    req = WriteTxnMarkersRequest(version=1, markers=[M(
+        version=1, producer_id=pid, producer_epoch=epoch, transaction_result=False,
+        coordinator_epoch=coord_epoch,
+        topics=[M.WritableTxnMarkerTopic(version=1, name=args.topic, partition_indexes=[args.partition])])])
+    resp = await (await cluster.client(addr)).request(req, 1)
+    codes = [p.error_code for m in resp.markers for t in m.topics for p in t.partitions]
+    if codes != [0]:
+        raise CliError(f"aborting the transaction of producer {pid} on {args.topic}-{args.partition}: "
+                       + ", ".join(_error_name(c) for c in codes))
+    return [{"Topic": args.topic, "Partition": args.partition, "ProducerId": pid, "ProducerEpoch": epoch,
+             "CoordinatorEpoch": coord_epoch, "Result": "aborted"}]
+
+
+COMMANDS = {"list": _list, "describe": _describe, "describe-producers": _describe_producers, "abort": _abort}
+
+
+# --- output and entry point --------------------------------------------------------------------------
+
+
+def _print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
+    cells = [columns] + [["None" if r.get(c) is None else str(r[c]) for c in columns] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    for row in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+
+
+_COLUMNS = {
+    "list": ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"],
+    "describe": ["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",
+                 "CurrentTransactionTimeoutMs", "CurrentTransactionStartTimeMs", "TransactionDurationMs",
+                 "TopicPartitions"],
+    "describe-producers": ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence", "LastTimestamp",
+                           "CurrentTransactionStartOffset"],
+    "abort": ["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch", "Result"],
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kbroker transactions",
+                                     description="List, describe and abort transactions (like kafka-transactions.sh).")
+    parser.add_argument("--bootstrap-server", default="localhost:9092", type=_split, metavar="HOST:PORT")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="transactions known to every broker's coordinator")
+    d = sub.add_parser("describe", help="state of one transactional id")
+    d.add_argument("transactional_id")
+    dp = sub.add_parser("describe-producers", help="active producers of a partition")
+    a = sub.add_parser("abort", help="abort a hanging transaction on one partition")
+    for p in (dp, a):
+        p.add_argument("--topic", required=True)
+        p.add_argument("--partition", required=True, type=int)
+    a.add_argument("--producer-id", type=int)
+    a.add_argument("--producer-epoch", type=int)
+    a.add_argument("--coordinator-epoch", type=int)
+    a.add_argument("--start-offset", type=int)
+    # --bootstrap-server and --json are accepted after the subcommand too (`kbroker transactions list
+    # --bootstrap-server H:P`), which is also the form broker/cli.py can pass through.
+    for p in sub.choices.values():
+        p.add_argument("--bootstrap-server", type=_split, default=argparse.SUPPRESS, metavar="HOST:PORT",
+                       help="broker to start from (default localhost:9092)")
+        p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON instead of a table")
+    return parser
+
+
+async def _run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    cluster = _Cluster(args.bootstrap_server)
+    try:
+        return await COMMANDS[args.command](cluster, args)
+    finally:
+        await cluster.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    if args.command == "abort":
+        triple = (args.producer_id, args.producer_epoch, args.coordinator_epoch)
+        if args.start_offset is None and None in triple:
+            parser.print_usage(sys.stderr)
+            print("kbroker transactions abort: give --start-offset, or all of --producer-id, --producer-epoch "
+                  "and --coordinator-epoch", file=sys.stderr)
+            return 2
+        if args.start_offset is not None and any(v is not None for v in triple):
+            print("kbroker transactions abort: --start-offset excludes --producer-id/--producer-epoch/"
+                  "--coordinator-epoch", file=sys.stderr)
+            return 2
+    try:
+        rows = asyncio.run(_run(args))
+    except CliError as e:
+        print(f"kbroker transactions {args.command}: {e}", file=sys.stderr)
+        return 1
+    except (ConnectionError, OSError) as e:
+        print(f"kbroker transactions: cannot reach {args.bootstrap_server[0]}:{args.bootstrap_server[1]}: {e}",
+              file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        _print_table(rows, _COLUMNS[args.command])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
