@@ -13,11 +13,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import queue
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -138,6 +142,61 @@ def test_confluent_kafka_three_members(broker_factory, strategy: str) -> None:
 
 # --- kafka-python -------------------------------------------------------------------------------------
 
+# kafka-python 3.0.x loses a rebalance whose JoinGroup/SyncGroup completes while no poll() is
+# waiting on it: need_rejoin() ignores a join still in flight, so a leader whose assignment
+# snapshot catches up mid-join never consumes the result (heartbeats stay disabled, the broker
+# evicts it after the session timeout and it never rejoins), and a finished join found by the next
+# poll() is thrown away and sent again (a leader rejoining in Stable: one more rebalance). Polling
+# three consumers in turn from one thread with short timeouts leaves each one outside poll() most
+# of the time, so under load the group never settles. Each member therefore runs its own poll loop
+# with long polls: a join always completes inside the poll() that started it.
+KP_POLL_MS = 1000
+
+
+class KpMember:
+    """A kafka-python consumer owned by one thread that polls it continuously; other calls run on
+    that thread too (a KafkaConsumer is not meant to be shared between threads)."""
+
+    def __init__(self, consumer: Any) -> None:
+        self.c = consumer
+        self.error: BaseException | None = None
+        self._calls: queue.Queue[tuple[Callable[[Any], Any], Future[Any]]] = queue.Queue()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self.c.poll(timeout_ms=KP_POLL_MS)
+                while not self._calls.empty():
+                    fn, fut = self._calls.get()
+                    try:
+                        fut.set_result(fn(self.c))
+                    except BaseException as e:  # handed to the caller
+                        fut.set_exception(e)
+        except BaseException as e:  # reported by owned()
+            self.error = e
+        finally:
+            self.c.close()
+
+    def call(self, fn: Callable[[Any], Any]) -> Any:
+        fut: Future[Any] = Future()
+        self._calls.put((fn, fut))
+        return fut.result(SETTLE_S)
+
+    def owned(self) -> set[int]:
+        if self.error is not None:
+            raise AssertionError(f"poll loop failed: {self.error!r}") from self.error
+        return {tp.partition for tp in self.c.assignment()}
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self) -> None:
+        self._thread.join(SETTLE_S)
+        assert not self._thread.is_alive(), "consumer thread did not stop"
+
 
 def test_kafka_python_three_members(broker_factory) -> None:
     from kafka import KafkaConsumer
@@ -147,37 +206,36 @@ def test_kafka_python_three_members(broker_factory) -> None:
     create_topic(broker.bootstrap, topic)
     produce(broker.bootstrap, topic)
 
-    def member() -> KafkaConsumer:
+    def member() -> KpMember:
         c = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=group, auto_offset_reset="earliest",
                           session_timeout_ms=SESSION_MS, heartbeat_interval_ms=300, enable_auto_commit=False,
-                          max_poll_interval_ms=SESSION_MS * 5, consumer_timeout_ms=1000)
+                          max_poll_interval_ms=SESSION_MS * 5)
         c.subscribe([topic])
-        return c
+        return KpMember(c)
 
-    def owned(cs: list[KafkaConsumer]) -> list[set[int]]:
-        return [{tp.partition for tp in c.assignment()} for c in cs]
-
-    def wait(cs: list[KafkaConsumer], cond: Callable[[list[set[int]]], bool], what: str) -> None:
+    def wait(ms: list[KpMember], cond: Callable[[list[set[int]]], bool], what: str) -> None:
         deadline = time.monotonic() + SETTLE_S
         while time.monotonic() < deadline:
-            for c in cs:
-                c.poll(timeout_ms=50)
-            if cond(owned(cs)):
+            if cond([m.owned() for m in ms]):
                 return
-        raise AssertionError(f"timed out waiting for {what}: {owned(cs)}")
+            time.sleep(0.02)
+        raise AssertionError(f"timed out waiting for {what}: {[m.owned() for m in ms]}")
 
-    consumers = [member() for _ in range(3)]
+    members = [member() for _ in range(3)]
     try:
-        wait(consumers, lambda o: covered(o) and all(len(a) == 2 for a in o), "3 x 2 partitions")
-        assert_exact_cover(owned(consumers))
-        consumers[0].commit()
-        leaving = consumers.pop()
-        leaving.close()
-        wait(consumers, lambda o: covered(o) and all(o), "rebalance after a leave")
-        assert_exact_cover(owned(consumers))
+        wait(members, lambda o: covered(o) and all(len(a) == 2 for a in o), "3 x 2 partitions")
+        assert_exact_cover([m.owned() for m in members])
+        members[0].call(lambda c: c.commit())
+        leaving = members.pop()
+        leaving.stop()
+        leaving.join()
+        wait(members, lambda o: covered(o) and all(o), "rebalance after a leave")
+        assert_exact_cover([m.owned() for m in members])
     finally:
-        for c in consumers:
-            c.close()
+        for m in members:
+            m.stop()
+        for m in members:
+            m.join()
 
 
 # --- aiokafka -----------------------------------------------------------------------------------------
