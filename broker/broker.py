@@ -73,8 +73,11 @@ class Broker:
         for name, value in self.metadata.broker_dynamic_configs().items():
             default = name.startswith("cluster-default:")
             self.config.set_dynamic(name.removeprefix("cluster-default:"), value, cluster_default=default)
-        self.log_manager = LogManager(self.log_dirs, self.log_config_for({}),
-                                      producer_state_factory=self._producer_state_factory())
+        topics = self.metadata.topics()
+        # Logs are opened (and recovered) with their topic's configuration, as Kafka does.
+        self.log_manager = LogManager(
+            self.log_dirs, self.log_config_for({}), producer_state_factory=self._producer_state_factory(),
+            config_for_topic=lambda t: self.log_config_for(topics[t].configs) if t in topics else None)
         t0 = time.perf_counter()
         self.log_manager.startup()
         for info in self.metadata.topics().values():

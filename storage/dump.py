@@ -150,7 +150,7 @@ def _dump_records(
         return last_offset
     ts_type = "LogAppendTime" if h.timestamp_type else "CreateTime"
     for rec in records:
-        if rec.offset != last_offset + 1:
+        if last_offset != -1 and rec.offset != last_offset + 1:
             gaps.append((last_offset, rec.offset))
         last_offset = rec.offset
         seq = (

@@ -109,9 +109,15 @@ class LogManager:
     def get_or_create_log(self, topic: str, partition: int, config: LogConfig) -> Log:
         lg = self._logs.get((topic, partition))
         if lg is not None:
+            # A log loaded at startup got the default config (no config_for_topic) before the
+            # topic's own configs were known: the caller's config is the current one.
+            if lg.config != config:
+                lg.update_config(config)
             return lg
         path = self.dir_for(topic, partition)
-        lg = Log.open(path, config, producer_state=self._producer_state(path))
+        # A partition created now has nothing to recover.
+        fresh = not path.exists()
+        lg = Log.open(path, config, producer_state=self._producer_state(path), clean_shutdown=fresh)
         self._logs[(topic, partition)] = lg
         self._dir_of[(topic, partition)] = path.parent
         log.info("Created log for %s-%d in %s", topic, partition, path.parent)

@@ -202,11 +202,21 @@ class Segment:
         next_offset = self.base_offset
         if last is not None:
             next_offset = last[0] + 1
+        end = start
         for header, _ in scan_batches(self.fd, start, self.size, need_data=False):
             next_offset = header.next_offset
+            end = header.position + header.size
             if header.max_timestamp > self.max_timestamp:
                 self.max_timestamp = header.max_timestamp
                 self.offset_of_max_timestamp = header.last_offset
+        if end < self.size:
+            # Bytes after the last whole batch (a torn write, or a file damaged while the broker
+            # was down, even after a clean shutdown): appends would land behind garbage that
+            # every read stops at. Validate and truncate the whole segment instead.
+            log.warning("%s: %d bytes after the last complete batch (position %d) of %s; recovering it",
+                        self.dir, self.size - end, end, self.log_path.name)
+            self.recover()
+            return
         self.next_offset = next_offset
 
     def recover(self, *, check: bool = True, on_batch: Callable[[rb.BatchHeader], None] | None = None) -> int:
