@@ -45,9 +45,10 @@ test-all: install-test
 lint: install-test
 	$(VENV)/bin/ruff check .
 
+# Side-by-side kbroker vs Tansu (report + charts under benchmarks/results/); `BENCH_ARGS=--quick` for a smoke run.
 bench: install-test
 	$(PIP) install -q -e '.[bench]'
-	$(PY) benchmarks/produce_consume.py
+	$(PY) benchmarks/bench.py $(BENCH_ARGS)
 
 clean-data:
 	rm -rf ./data

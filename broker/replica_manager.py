@@ -173,6 +173,9 @@ class ReplicaManager:
         code = self.broker.verify_txn_partition(transactional_id, h.producer_id, h.producer_epoch, part.topic, part.index)
         if code == ErrorCode.INVALID_PRODUCER_ID_MAPPING:
             code = ErrorCode.INVALID_TXN_STATE
+        elif code == ErrorCode.PRODUCER_FENCED:
+            # As Kafka's AddPartitionsToTxnManager: producers expect INVALID_PRODUCER_EPOCH on Produce.
+            code = ErrorCode.INVALID_PRODUCER_EPOCH
         if code != ErrorCode.NONE:
             raise KafkaError(ErrorCode(code), f"{part.topic}-{part.index} is not part of an ongoing transaction of "
                                               f"producer {h.producer_id} epoch {h.producer_epoch}")
