@@ -39,20 +39,25 @@ _SIZE = struct.Struct(">i")
 # APIs whose handling may park (long poll, waiting for a rebalance): flush earlier responses first.
 _PARKING_APIS = frozenset({1, 11, 14})
 _conn_ids = itertools.count(1)
+_SCRATCH_SIZE = 64 * 1024
 
 
 class CloseConnection(Exception):
     """Protocol violation: log it and close this connection only."""
 
 
-class KafkaConnection(asyncio.Protocol):
+class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, server: KafkaServer) -> None:
         self.server = server
         self.broker = server.broker
         self.id = next(_conn_ids)
         self.transport: asyncio.Transport | None = None
         self.peer = ("?", 0)
-        self._buf = bytearray()
+        self._scratch = bytearray(_SCRATCH_SIZE)
+        self._scratch_len = 0
+        self._big: bytearray | None = None
+        self._big_pos = 0
+        self._loop = asyncio.get_event_loop()
         self._frames: deque[bytearray] = deque()
         self._worker: asyncio.Task[None] | None = None
         self._closed = False
@@ -83,11 +88,26 @@ class KafkaConnection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self._can_write.set()
 
-    def data_received(self, data: bytes) -> None:
-        buf = self._buf
-        buf += data
+    # Reads land in a per-connection scratch buffer, from which small frames are copied out once;
+    # a frame larger than the scratch buffer gets its own bytearray and the rest of it is read
+    # straight into place, so big produce requests are never copied by Python.
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._big is not None:
+            return memoryview(self._big)[self._big_pos :]
+        return memoryview(self._scratch)[self._scratch_len :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._big is not None:
+            self._big_pos += nbytes
+            if self._big_pos == len(self._big):
+                self._frames.append(self._big)
+                self._big = None
+                self._frames_ready()
+            return
+        buf = self._scratch
+        n = self._scratch_len + nbytes
         pos = 0
-        n = len(buf)
         while n - pos >= 4:
             size = _SIZE.unpack_from(buf, pos)[0]
             if size < 0 or size > self._max_frame:
@@ -95,23 +115,40 @@ class KafkaConnection(asyncio.Protocol):
                             self.id, *self.peer, size, self._max_frame)
                 self.close()
                 return
-            if n - pos - 4 < size:
+            if n - pos - 4 >= size:
+                # A bytearray slice: one copy, and writable, so produce can patch offsets in place.
+                self._frames.append(buf[pos + 4 : pos + 4 + size])
+                pos += 4 + size
+            elif size + 4 > len(buf):
+                have = n - pos - 4
+                self._big = bytearray(size)
+                self._big[:have] = memoryview(buf)[pos + 4 : n]
+                self._big_pos = have
+                pos = n
                 break
-            # A bytearray slice: one copy, and writable, so produce can patch offsets in place.
-            self._frames.append(buf[pos + 4 : pos + 4 + size])
-            pos += 4 + size
+            else:
+                break
         if pos:
-            del buf[:pos]
-        if self._frames and (self._worker is None or self._worker.done()):
-            self._worker = asyncio.get_running_loop().create_task(self._process())
+            rest = n - pos
+            if rest:
+                buf[:rest] = buf[pos:n]
+            n = rest
+        self._scratch_len = n
+        if self._frames:
+            self._frames_ready()
+
+    def _frames_ready(self) -> None:
+        if self._worker is None or self._worker.done():
+            self._worker = self._loop.create_task(self._process())
         if len(self._frames) > self.server.max_queued and not self._paused_reading and self.transport:
             self._paused_reading = True
             self.transport.pause_reading()
 
     def eof_received(self) -> bool | None:
-        if self._buf:
+        pending = self._scratch_len + (self._big_pos if self._big is not None else 0)
+        if pending:
             log.warning("connection %s from %s:%s closed mid-frame (%d bytes of a truncated request dropped)",
-                        self.id, *self.peer, len(self._buf))
+                        self.id, *self.peer, pending)
         return None
 
     def close(self) -> None:
