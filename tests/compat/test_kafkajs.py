@@ -114,11 +114,8 @@ def _missing_group_apis(bootstrap: str) -> list[str]:
     return [name for key, name in GROUP_APIS.items() if key not in have]
 
 
-@pytest.mark.xfail(strict=False, reason="needs consumer groups (issue 6)")
 def test_kafkajs_group_consumer(broker, tmp_path, kafkajs_installed):
-    missing = _missing_group_apis(broker.bootstrap)
-    if missing:
-        pytest.xfail(f"needs consumer groups (issue 6): broker lacks {', '.join(missing)}")
+    assert not _missing_group_apis(broker.bootstrap)
     records = make_records("kafkajs", 3000, base_ts=base_timestamp())
     produce_with_kafkajs(broker.bootstrap, records, tmp_path, idempotent=False)
     out = run_js("consume", {"bootstrap": broker.bootstrap, "topic": TOPIC, "expected": len(records),
