@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import uuid
 from abc import ABC, abstractmethod
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from protocol.errors import ErrorCode, KafkaError
+from storage.checkpoints import atomic_write_bytes
 
 log = logging.getLogger("broker.metadata")
 
@@ -178,17 +178,7 @@ class LocalMetadataStore(MetadataStore):
             "topics": [t.to_json() for t in self._topics.values()],
             "broker_configs": self._broker_configs,
         }
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(doc, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        dfd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        atomic_write_bytes(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
 
     def brokers(self) -> list[BrokerInfo]:
         return [self.node]

@@ -12,8 +12,9 @@ File format (JSON, like Kafka's old ``/latest_producer_id_block`` znode):
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
+
+from storage.checkpoints import atomic_write_bytes
 
 _VERSION = 1
 MAX_PRODUCER_ID = (1 << 63) - 1
@@ -47,19 +48,7 @@ class ProducerIdManager:
     def _persist(self, block_start: int, block_end: int) -> None:
         data = json.dumps({"version": _VERSION, "block_start": block_start, "block_end": block_end}).encode()
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_file.with_name(self.state_file.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.state_file)
-        dfd = os.open(self.state_file.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        atomic_write_bytes(self.state_file, data)
 
     def _reserve_block(self) -> None:
         start = self._next_block_start

@@ -40,11 +40,12 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``path`` so that a crash leaves the old or the new contents, never a torn file:
+    ``<name>.tmp``, fsync, rename over the target, fsync the directory."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        data = text.encode()
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
@@ -53,6 +54,10 @@ def atomic_write_text(path: Path, text: str) -> None:
         os.close(fd)
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
 
 
 def _read_lines(path: Path, fields: int) -> list[list[str]]:

@@ -35,6 +35,7 @@ from storage.batch import (
     decode_records,
     parse_control_key,
 )
+from storage.checkpoints import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -279,25 +280,9 @@ def read_snapshot_file(path: Path | str) -> list[ProducerStateEntry]:
 
 
 def write_snapshot_file(path: Path | str, entries: Iterable[ProducerStateEntry]) -> None:
-    """Write a snapshot atomically: tmp file, fsync, rename, fsync the directory."""
-    path = Path(path)
-    data = encode_snapshot(entries)
-    tmp = path.with_name(path.name + ".tmp")  # the log deletes stray *.tmp at load
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    try:
-        dfd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    """Write a snapshot atomically (tmp file, fsync, rename, fsync the directory)."""
+    # The log deletes stray *.tmp files at load.
+    atomic_write_bytes(Path(path), encode_snapshot(entries))
 
 
 # --- the manager -------------------------------------------------------------------------------
