@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.kbroker-installed
 TEST_STAMP := $(VENV)/.kbroker-test-installed
 JS_DIR := tests/compat/js
 
-.PHONY: serve test test-all lint bench install install-test clean-data tools
+.PHONY: serve test test-all lint bench install install-test clean-data tools spark-demo
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml | $(PY)
 	touch $@
 
 $(TEST_STAMP): pyproject.toml | $(PY)
-	$(PIP) install -q -e '.[test]'
+	$(PIP) install -q -e '.[test,spark]'
 	touch $(STAMP) $@
 
 install: $(STAMP)
@@ -49,6 +49,10 @@ lint: install-test
 bench: install-test
 	$(PIP) install -q -e '.[bench]'
 	$(PY) benchmarks/bench.py $(BENCH_ARGS)
+
+# Runs the `uppercase` job against the broker on 127.0.0.1:9092 (or a temporary one) and says what it did.
+spark-demo: install-test
+	SPARK_LOCAL_IP=127.0.0.1 $(PY) -m spark_jobs.demo
 
 clean-data:
 	rm -rf ./data

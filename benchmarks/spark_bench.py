@@ -1,0 +1,167 @@
+"""Micro-batch throughput of the ``uppercase`` Spark job over kbroker (records/s).
+
+    .venv/bin/python benchmarks/spark_bench.py [--records N] [--size BYTES] [--max-per-batch M]
+                                               [--master local[2]] [--bootstrap HOST:PORT] [--out FILE]
+
+Without --bootstrap a kbroker subprocess is started in a temp dir. N records of BYTES-byte values go
+to a 2-partition topic; then the uppercase query (kbroker source -> upper(value) -> kbroker sink) runs
+with Trigger.AvailableNow and maxOffsetsPerTrigger=M, once with the exactly-once sink and once with
+``kbroker.sink.exactlyOnce=false`` (idempotent producer, at-least-once) to show what the transactions
+cost. Reported per mode: steady-state rate = rows / trigger-execution time summed over every batch but
+the first, and end-to-end rate = N / wall time of the query (a small warm-up query runs before both,
+so neither pays for Python worker start-up).
+Every run checks with a read_committed consumer that the output holds exactly N records.
+Appends one row per mode to benchmarks/results/spark_bench.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from tests.helpers.broker_proc import BrokerProcess  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "spark_bench.md"
+HEADER = """# spark_bench: micro-batch throughput of `uppercase`
+
+`benchmarks/spark_bench.py`: N records (value size as given) in a 2-partition topic; the `uppercase`
+streaming query (kbroker source, read_committed -> `upper(value)` -> kbroker sink) runs with
+Trigger.AvailableNow and maxOffsetsPerTrigger = M on `local[2]`. *steady rec/s* = rows / summed
+trigger-execution time of all batches but the first; *end-to-end rec/s* = N / query wall time (query
+start to termination, after a small warm-up query; SparkSession start-up excluded). `exactly-once` = transactional sink with
+commit markers (the default); `at-least-once` = `kbroker.sink.exactlyOnce=false`. One row per run,
+newest last; the load average shows how busy the machine was.
+
+| date (UTC) | commit | host | load avg | records × size | per batch | sink | batches | steady rec/s | end-to-end rec/s |
+|---|---|---|---|---|---|---|---|---|---|
+"""
+
+
+def produce(bootstrap: str, topic: str, n: int, size: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
+    admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result(30)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 10, "batch.size": 1 << 20,
+                  "queue.buffering.max.messages": 1_000_000})
+    pad = b"x" * max(0, size - 16)
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, b"%015d-" % i + pad, b"k%d" % i, partition=i % 2)
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(120) == 0
+
+
+def run_query(spark: Any, bootstrap: str, src: str, dst: str, checkpoint: str, per_batch: int,
+              exactly_once: bool) -> dict[str, Any]:
+    from spark_jobs.uppercase import transform
+
+    df = (spark.readStream.format("kbroker").option("kafka.bootstrap.servers", bootstrap)
+          .option("subscribe", src).option("startingOffsets", "earliest")
+          .option("maxOffsetsPerTrigger", str(per_batch)).load())
+    started = time.monotonic()
+    q = (transform(df).writeStream.format("kbroker").option("kafka.bootstrap.servers", bootstrap)
+         .option("topic", dst).option("checkpointLocation", checkpoint)
+         .option("kbroker.sink.exactlyOnce", str(exactly_once).lower())
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    wall = time.monotonic() - started
+    progress = [p for p in q.recentProgress if p["numInputRows"]]
+    rows = sum(p["numInputRows"] for p in progress)
+    steady = progress[1:] or progress
+    steady_ms = sum(p["durationMs"]["triggerExecution"] for p in steady)
+    return {"rows": rows, "batches": len(progress), "wall": wall,
+            "steady": sum(p["numInputRows"] for p in steady) / (steady_ms / 1000), "end_to_end": rows / wall}
+
+
+def count_committed(bootstrap: str, topic: str) -> int:
+    sys.path.insert(0, str(ROOT / "tests" / "spark"))
+    from kafka_util import read_all
+
+    return len(read_all(bootstrap, topic))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--max-per-batch", type=int, default=50_000)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--bootstrap", default=None)
+    ap.add_argument("--out", default=str(RESULTS))
+    args = ap.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="spark-bench-") as tmp:
+        broker = None
+        bootstrap = args.bootstrap
+        if bootstrap is None:
+            broker = BrokerProcess(Path(tmp) / "data", overrides={"num.partitions": "2"})
+            broker.start()
+            bootstrap = broker.bootstrap
+        try:
+            src = f"bench-in-{int(time.time())}"
+            t0 = time.monotonic()
+            produce(bootstrap, src, args.records, args.size)
+            print(f"produced {args.records} records in {time.monotonic() - t0:.1f}s", flush=True)
+            from spark_jobs.session import spark_session
+
+            spark = spark_session("kbroker-spark-bench", master=args.master, log_level="ERROR")
+            # Warm-up (JVM code paths, Python workers, commit-log topic creation path) on a small
+            # topic, so the first measured mode does not pay for it.
+            produce(bootstrap, f"{src}-warmup", 2000, args.size)
+            run_query(spark, bootstrap, f"{src}-warmup", f"{src}-warmup-out", str(Path(tmp) / "ck-warmup"),
+                      1000, True)
+            rows = []
+            for exactly_once in (True, False):
+                dst = f"{src}-out-{'eos' if exactly_once else 'alo'}"
+                res = run_query(spark, bootstrap, src, dst, str(Path(tmp) / f"ck-{dst}"), args.max_per_batch,
+                                exactly_once)
+                n_out = count_committed(bootstrap, dst)
+                if n_out != args.records:
+                    raise SystemExit(f"{dst}: expected {args.records} output records, found {n_out}")
+                mode = "exactly-once" if exactly_once else "at-least-once"
+                print(f"{mode}: {res['batches']} batches, steady {res['steady']:,.0f} rec/s, "
+                      f"end-to-end {res['end_to_end']:,.0f} rec/s ({res['wall']:.1f}s)", flush=True)
+                rows.append((mode, res))
+            spark.stop()
+        finally:
+            if broker is not None:
+                broker.stop()
+                broker.kill()
+    write_rows(Path(args.out), args, rows)
+
+
+def write_rows(path: Path, args: argparse.Namespace, rows: list[tuple[str, dict[str, Any]]]) -> None:
+    try:
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "?"
+    host = f"{platform.machine()} {os.cpu_count()} cpu"
+    load = f"{os.getloadavg()[0]:.1f}"
+    date = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    if not path.exists():
+        path.write_text(HEADER)
+    with path.open("a") as f:
+        for mode, r in rows:
+            f.write(f"| {date} | {commit} | {host} | {load} | {args.records:,} × {args.size} B | "
+                    f"{args.max_per_batch:,} | {mode} | {r['batches']} | {r['steady']:,.0f} | "
+                    f"{r['end_to_end']:,.0f} |\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,232 @@
+"""confluent-kafka plumbing shared by the Spark source, sink and jobs.
+
+Everything here runs either in Spark's driver-side Python planner processes (metadata, offsets)
+or inside executor tasks (reading one offset range into Arrow batches). Nothing here is Spark-aware
+except that records come out as ``pyarrow.RecordBatch`` in the Kafka source's schema.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException
+from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
+
+from .offsets import OffsetMap, TopicPartition
+
+# A group.id is mandatory for a librdkafka consumer even when it only assign()s and never commits,
+# as the source does; nothing is ever committed under this name.
+READER_GROUP = "kbroker-spark-reader"
+
+# Arrow schemas matching Spark's Kafka source (timestamps are microseconds, Spark's precision).
+HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+_BASE_FIELDS = [
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field("offset", pa.int64()),
+    pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+    pa.field("timestampType", pa.int32()),
+]
+ARROW_SCHEMA = pa.schema(_BASE_FIELDS)
+ARROW_SCHEMA_WITH_HEADERS = pa.schema([*_BASE_FIELDS, pa.field("headers", HEADERS_TYPE)])
+
+# librdkafka timestamp type -> Kafka's TimestampType.id as Spark's Kafka source reports it
+# (NO_TIMESTAMP_TYPE -1, CREATE_TIME 0, LOG_APPEND_TIME 1).
+_TS_TYPE = {0: -1, 1: 0, 2: 1}
+
+
+class DataLossError(RuntimeError):
+    """Offsets the query needs are gone (retention, deleted topic) and failOnDataLoss is true."""
+
+
+def client_config(options: Mapping[str, str]) -> dict[str, str]:
+    """``kafka.*`` Spark options -> librdkafka configuration (the prefix stripped)."""
+    conf = {k[len("kafka."):]: v for k, v in options.items() if k.lower().startswith("kafka.")}
+    if "bootstrap.servers" not in conf:
+        raise ValueError("option kafka.bootstrap.servers is required")
+    return conf
+
+
+def isolation(conf: Mapping[str, str]) -> str:
+    return conf.get("isolation.level", "read_committed")
+
+
+def admin(conf: Mapping[str, str]) -> AdminClient:
+    keep = {k: v for k, v in conf.items() if k not in ("isolation.level",)}
+    return AdminClient(keep)
+
+
+def list_partitions(adm: AdminClient, *, subscribe: str | None = None, pattern: str | None = None,
+                    assign: list[TopicPartition] | None = None, missing_ok: bool = False,
+                    timeout: float = 30) -> list[TopicPartition]:
+    """Topic-partitions selected by exactly one of subscribe / subscribePattern / assign.
+
+    A subscribed topic that does not exist is an error for a batch read; a streaming query passes
+    ``missing_ok`` and picks the topic up (from its earliest offset) once it appears, as Spark's
+    Kafka source does.
+    """
+    if assign is not None:
+        return sorted(assign)
+    md = adm.list_topics(timeout=timeout)
+    if subscribe is not None:
+        wanted = [t.strip() for t in subscribe.split(",") if t.strip()]
+        missing = [t for t in wanted if t not in md.topics or md.topics[t].error is not None]
+        if missing and not missing_ok:
+            raise ValueError(f"topics not found: {missing}")
+        topics = [t for t in wanted if t not in missing]
+    else:
+        assert pattern is not None
+        rx = re.compile(pattern)
+        topics = [t for t in md.topics if rx.fullmatch(t) and not t.startswith("__")]
+    return sorted((t, p) for t in topics for p in md.topics[t].partitions)
+
+
+def list_offsets(adm: AdminClient, partitions: list[TopicPartition], which: str, *,
+                 isolation_level: str = "read_committed", timeout: float = 30) -> OffsetMap:
+    """Earliest or latest offsets; "latest" under read_committed is the last stable offset."""
+    if not partitions:
+        return {}
+    spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
+    level = (IsolationLevel.READ_COMMITTED if isolation_level == "read_committed"
+             else IsolationLevel.READ_UNCOMMITTED)
+    futures = adm.list_offsets({CkTopicPartition(t, p): spec for t, p in partitions},
+                               isolation_level=level, request_timeout=timeout)
+    return {(tp.topic, tp.partition): fut.result().offset for tp, fut in futures.items()}
+
+
+def ensure_topic(adm: AdminClient, topic: str, *, partitions: int, config: Mapping[str, str] | None = None,
+                 timeout: float = 30) -> None:
+    """Create ``topic`` if missing and grow it to at least ``partitions`` partitions.
+
+    Safe to run concurrently from many tasks: "already exists" and "already has that many
+    partitions" are success.
+    """
+    md = adm.list_topics(topic=topic, timeout=timeout)
+    meta = md.topics.get(topic)
+    if meta is None or meta.error is not None:
+        fut = adm.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1,
+                                          config=dict(config or {}))], request_timeout=timeout)[topic]
+        try:
+            fut.result()
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+        md = adm.list_topics(topic=topic, timeout=timeout)
+        meta = md.topics[topic]
+    if len(meta.partitions) < partitions:
+        fut = adm.create_partitions([NewPartitions(topic, partitions)], request_timeout=timeout)[topic]
+        try:
+            fut.result()
+        except KafkaException as e:
+            # A concurrent task grew it first (to this size or more).
+            if e.args[0].code() != KafkaError.INVALID_PARTITIONS:
+                raise
+            md = adm.list_topics(topic=topic, timeout=timeout)
+            if len(md.topics[topic].partitions) < partitions:
+                raise
+
+
+def range_consumer(conf: Mapping[str, str], **extra: Any) -> Consumer:
+    settings: dict[str, Any] = {
+        "group.id": READER_GROUP,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error",
+        "isolation.level": "read_committed",
+        # Large fetches: a task reads one bounded range as fast as it can.
+        "fetch.max.bytes": 64 * 1024 * 1024,
+        "max.partition.fetch.bytes": 16 * 1024 * 1024,
+        "fetch.wait.max.ms": 100,
+        **conf,
+        **extra,
+    }
+    return Consumer(settings)
+
+
+def read_range(conf: Mapping[str, str], topic: str, partition: int, start: int, end: int, *,
+               include_headers: bool = False, fail_on_data_loss: bool = True, batch_rows: int = 8192,
+               timeout_s: float = 120.0) -> Iterator[pa.RecordBatch]:
+    """Records of ``topic``/``partition`` with start <= offset < end as Arrow batches.
+
+    Under read_committed the broker hides aborted records and control batches, so the offsets
+    returned have gaps and the last offsets of a range may never be delivered: the range is done
+    when a record at or past ``end - 1`` arrives, or when the consumer reports end-of-partition at
+    or past ``end``. Each consume() call becomes one Arrow batch, built column-wise with list
+    comprehensions (this loop is the source's per-record cost).
+    """
+    if end <= start:
+        return
+    schema = ARROW_SCHEMA_WITH_HEADERS if include_headers else ARROW_SCHEMA
+    consumer = range_consumer(conf)
+    try:
+        consumer.assign([CkTopicPartition(topic, partition, start)])
+        deadline = time.monotonic() + timeout_s
+        done = False
+        next_offset = start
+        while not done:
+            # consume() blocks until it has num_messages or the timeout passes: ask for no more than
+            # the range can still hold, and keep the timeout short for the gappy tail of a range.
+            msgs = consumer.consume(num_messages=max(1, min(batch_rows, end - next_offset)), timeout=0.1)
+            if not msgs:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no progress reading {topic}-{partition} [{start}, {end}) "
+                                       f"for {timeout_s}s")
+                continue
+            deadline = time.monotonic() + timeout_s
+            data = [m for m in msgs if m.error() is None]
+            if len(data) != len(msgs):
+                # Only end-of-partition events are expected; they come after the data before them.
+                for m in msgs:
+                    err = m.error()
+                    if err is None:
+                        continue
+                    code = err.code()
+                    if code == KafkaError._PARTITION_EOF:
+                        done = done or m.offset() >= end
+                    elif code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                        if fail_on_data_loss:
+                            raise DataLossError(
+                                f"{topic}-{partition}: offsets from {start} are no longer available "
+                                f"({err.str()}); set failOnDataLoss=false to skip lost data")
+                        low, _ = consumer.get_watermark_offsets(CkTopicPartition(topic, partition),
+                                                                cached=False)
+                        done = done or low >= end
+                        consumer.assign([CkTopicPartition(topic, partition, max(low, start))])
+                    else:
+                        raise KafkaException(err)
+            if data and data[-1].offset() >= end - 1:
+                done = True
+                if data[-1].offset() >= end:
+                    data = [m for m in data if m.offset() < end]
+            if data:
+                next_offset = data[-1].offset() + 1
+                yield _to_batch(data, schema, topic, partition, include_headers)
+    finally:
+        consumer.close()
+
+
+def _to_batch(msgs: list[Any], schema: pa.Schema, topic: str, partition: int,
+              include_headers: bool) -> pa.RecordBatch:
+    n = len(msgs)
+    stamps = [m.timestamp() for m in msgs]
+    arrays = [
+        pa.array([m.key() for m in msgs], pa.binary()),
+        pa.array([m.value() for m in msgs], pa.binary()),
+        pa.array([topic] * n, pa.string()),
+        pa.array([partition] * n, pa.int32()),
+        pa.array([m.offset() for m in msgs], pa.int64()),
+        pa.array([ts * 1000 if kind else None for kind, ts in stamps], pa.timestamp("us", tz="UTC")),
+        pa.array([_TS_TYPE.get(kind, -1) for kind, _ in stamps], pa.int32()),
+    ]
+    if include_headers:
+        arrays.append(pa.array([[{"key": k, "value": v} for k, v in (m.headers() or ())] for m in msgs],
+                               HEADERS_TYPE))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)

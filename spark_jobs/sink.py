@@ -1,0 +1,443 @@
+"""Exactly-once Kafka sink for Spark (batch and micro-batch) on kbroker transactions.
+
+Protocol (no Kafka 2PC extension needed):
+
+* Every write task is a transactional producer whose ``transactional.id`` is fixed by what the task
+  *is*, not by which attempt runs it: ``<prefix>.<queryId>.<sparkPartitionId>`` for a streaming
+  query (the query id is stored in the checkpoint, so it survives driver restarts). A retried or
+  speculative attempt therefore calls InitProducerId with the same id, which bumps the epoch,
+  fences the earlier attempt and aborts whatever it left open.
+* The task writes all its rows **and** one marker record ``{batchId, ...}`` in one transaction. The
+  marker goes to partition ``sparkPartitionId`` of a compacted per-query commit-log topic
+  ``<commitLogTopicPrefix><queryId>``, so that partition has exactly one writer (this
+  transactional.id) and no other transaction can hold its last stable offset back.
+* Before writing, the task (after InitProducerId, so no earlier attempt can still commit) reads the
+  last committed marker of its partition with read_committed. If it already records this batch id
+  or a later one, the batch was written before a crash and the task writes nothing.
+
+Spark replays a micro-batch with the same offsets and the same partitioning after a driver crash,
+so "partition p of batch b" names the same rows in every replay. Visibility is atomic per task
+(per Spark partition of a micro-batch); docs/spark.md discusses the whole-batch alternative.
+
+Batch (non-streaming) writes use ``<prefix>.batch.<jobUuid>.<partitionId>`` ids: a retried task fences
+and replaces its earlier attempt, there is no replay to guard against.
+
+Test hooks (never set them in production): writer option ``kbroker.fault.failTask`` =
+``batch:partition:rows[:raise|kill]`` fails the first attempt of that task after ``rows`` rows with
+its transaction left open; env ``KBROKER_SPARK_CRASH_AT_BATCH=<batchId>`` SIGKILLs the driver's
+process group in the driver-side commit of that batch (after every task committed its data,
+before Spark records the batch as done).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import TopicPartition as CkTopicPartition
+from pyspark.sql import DataFrame
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from . import kafka_io
+
+log = logging.getLogger(__name__)
+
+BATCH_ID_PROPERTY = "streaming.sql.batchId"  # Spark's MicroBatchExecution.BATCH_ID_KEY local property
+QUERY_ID_PROPERTY = "sql.streaming.queryId"  # StreamExecution.QUERY_ID_KEY: stable across restarts
+CRASH_ENV = "KBROKER_SPARK_CRASH_AT_BATCH"
+
+# Producers of deliberately failed attempts are kept alive here so their transactions stay open
+# until the retry fences them, as a hung or partitioned executor would.
+_ZOMBIES: list[tuple[str | None, Producer]] = []
+# Commit-log topics (and partition counts) this worker process already made sure of.
+_KNOWN_COMMIT_TOPICS: dict[str, int] = {}
+
+
+def _bool(value: str | None, default: bool) -> bool:
+    return default if value is None else value.strip().lower() in ("true", "1", "yes")
+
+
+@dataclass
+class TaskReport(WriterCommitMessage):
+    """What one write task did; collected by the driver's commit()."""
+
+    partition: int
+    batch_id: int | None
+    attempt: int
+    records: int
+    skipped: bool
+    transactional_id: str | None
+
+
+@dataclass(frozen=True)
+class FailTask:
+    batch: int | None  # None = any batch (and batch writes)
+    partition: int
+    after_rows: int
+    mode: str  # "raise": exception from the task; "kill": SIGKILL the Python worker
+
+    @classmethod
+    def parse(cls, text: str | None) -> FailTask | None:
+        if not text:
+            return None
+        parts = text.split(":")
+        if len(parts) not in (3, 4):
+            raise ValueError(f"kbroker.fault.failTask must be batch:partition:rows[:raise|kill], got {text!r}")
+        mode = parts[3] if len(parts) == 4 else "raise"
+        if mode not in ("raise", "kill"):
+            raise ValueError(f"kbroker.fault.failTask mode must be raise or kill, got {mode!r}")
+        return cls(None if parts[0] in ("*", "") else int(parts[0]), int(parts[1]), int(parts[2]), mode)
+
+
+class _Rows:
+    """Column access for one Arrow batch in the sink's input schema (key/value/topic/partition/headers)."""
+
+    def __init__(self, batch: pa.RecordBatch, default_topic: str | None) -> None:
+        names = batch.schema.names
+        self.n = batch.num_rows
+        self.values = _as_bytes(batch.column(names.index("value")).to_pylist())
+        self.keys = _as_bytes(batch.column(names.index("key")).to_pylist()) if "key" in names else None
+        self.topics = batch.column(names.index("topic")).to_pylist() if "topic" in names else None
+        self.partitions = batch.column(names.index("partition")).to_pylist() if "partition" in names else None
+        self.headers = batch.column(names.index("headers")).to_pylist() if "headers" in names else None
+        self.default_topic = default_topic
+
+    def topic(self, i: int) -> str:
+        t = self.topics[i] if self.topics is not None else None
+        t = t or self.default_topic
+        if not t:
+            raise ValueError("row has no topic: set the 'topic' option or provide a topic column")
+        return t
+
+
+def _as_bytes(values: list[Any]) -> list[bytes | None]:
+    return [v.encode() if isinstance(v, str) else v for v in values]
+
+
+def _validate_schema(schema: StructType, topic_option: str | None) -> None:
+    names = [f.name for f in schema.fields]
+    if "value" not in names:
+        raise ValueError("the kbroker sink needs a 'value' column (string or binary)")
+    unknown = set(names) - {"key", "value", "topic", "partition", "headers"}
+    if unknown:
+        raise ValueError(f"the kbroker sink accepts key, value, topic, partition, headers; got also {sorted(unknown)}")
+    if "topic" not in names and not topic_option:
+        raise ValueError("set the 'topic' option or provide a 'topic' column")
+
+
+class _WriterBase:
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        self.options = {k.lower(): v for k, v in options.items()}
+        self.conf = kafka_io.client_config(self.options)
+        self.topic = self.opt("topic")
+        _validate_schema(schema, self.topic)
+        self.exactly_once = _bool(self.opt("kbroker.sink.exactlyOnce"), True)
+        self.txn_prefix = self.opt("kbroker.sink.transactionalIdPrefix") or "kbroker-spark"
+        self.commit_prefix = self.opt("kbroker.sink.commitLogTopicPrefix") or "_kbroker_spark_commits."
+        self.sink_name = self.opt("kbroker.sink.name") or ""
+        self.fail_task = FailTask.parse(self.opt("kbroker.fault.failTask"))
+
+    def opt(self, name: str) -> str | None:
+        return self.options.get(name.lower())
+
+    # -- producing ----------------------------------------------------------------------------
+    def producer(self, transactional_id: str | None) -> Producer:
+        conf: dict[str, Any] = {
+            "linger.ms": 5,
+            "batch.num.messages": 10000,
+            "batch.size": 1024 * 1024,
+            "queue.buffering.max.messages": 500000,
+            # Java's default partitioner, so keyed rows land where Spark's Kafka sink would put them.
+            "partitioner": "murmur2_random",
+            "enable.idempotence": True,
+            "acks": "all",
+            **{k: v for k, v in self.conf.items() if k != "isolation.level"},
+            "delivery.report.only.error": True,
+            "on_delivery": self._on_delivery,
+        }
+        if transactional_id is not None:
+            conf["transactional.id"] = transactional_id
+            conf.setdefault("transaction.timeout.ms", 60000)
+        self._delivery_error: KafkaError | None = None
+        return Producer(conf)
+
+    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None and self._delivery_error is None:
+            self._delivery_error = err
+
+    def produce_all(self, producer: Producer, batches: Iterator[pa.RecordBatch], *, batch_id: int | None,
+                    partition: int, attempt: int) -> int:
+        fault = self.fail_task
+        if fault is not None and not (attempt == 0 and fault.partition == partition
+                                      and (fault.batch is None or fault.batch == batch_id)):
+            fault = None
+        count = 0
+        for batch in batches:
+            rows = _Rows(batch, self.topic)
+            for i in range(rows.n):
+                kwargs: dict[str, Any] = {}
+                if rows.keys is not None and rows.keys[i] is not None:
+                    kwargs["key"] = rows.keys[i]
+                if rows.partitions is not None and rows.partitions[i] is not None:
+                    kwargs["partition"] = rows.partitions[i]
+                if rows.headers is not None and rows.headers[i]:
+                    kwargs["headers"] = [(h["key"], h["value"]) for h in rows.headers[i]]
+                topic = rows.topic(i)
+                while True:
+                    try:
+                        producer.produce(topic, rows.values[i], **kwargs)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+                count += 1
+                if fault is not None and count == fault.after_rows:
+                    self._inject_failure(producer, fault)
+            producer.poll(0)
+        return count
+
+    def _inject_failure(self, producer: Producer, fault: FailTask) -> None:
+        producer.flush()  # the rows reach the broker inside the still-open transaction
+        _ZOMBIES.append((self._transactional_id, producer))
+        if fault.mode == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise RuntimeError(f"kbroker.fault.failTask: injected failure after {fault.after_rows} rows")
+
+    def check_delivery(self) -> None:
+        if self._delivery_error is not None:
+            raise KafkaException(self._delivery_error)
+
+    # -- task bodies --------------------------------------------------------------------------
+    def write_plain(self, batches: Iterator[pa.RecordBatch], *, batch_id: int | None, partition: int,
+                    attempt: int) -> TaskReport:
+        """At-least-once (idempotent producer) write: kbroker.sink.exactlyOnce=false."""
+        producer = self.producer(None)
+        self._transactional_id = None
+        n = self.produce_all(producer, batches, batch_id=batch_id, partition=partition, attempt=attempt)
+        remaining = producer.flush(120)
+        if remaining:
+            raise TimeoutError(f"{remaining} records not delivered within 120 s")
+        self.check_delivery()
+        return TaskReport(partition, batch_id, attempt, n, False, None)
+
+    def write_transaction(self, batches: Iterator[pa.RecordBatch], *, transactional_id: str,
+                          batch_id: int | None, partition: int, attempt: int,
+                          commit_log: tuple[str, int] | None) -> TaskReport:
+        producer = self.producer(transactional_id)
+        self._transactional_id = transactional_id
+        # Fences every earlier attempt with this id and completes (aborts) what it left open.
+        producer.init_transactions(60)
+        # Zombies of this id in this process are fenced now; let them go.
+        _ZOMBIES[:] = [z for z in _ZOMBIES if z[0] != transactional_id]
+        if commit_log is not None:
+            assert batch_id is not None
+            last = last_committed_batch(self.conf, commit_log[0], commit_log[1], transactional_id)
+            if last is not None and last >= batch_id:
+                for _ in batches:  # Spark expects the input consumed
+                    pass
+                log.info("%s: batch %d already committed (last %d); skipping", transactional_id, batch_id, last)
+                return TaskReport(partition, batch_id, attempt, 0, True, transactional_id)
+        producer.begin_transaction()
+        n = self.produce_all(producer, batches, batch_id=batch_id, partition=partition, attempt=attempt)
+        if commit_log is not None:
+            marker = {"batchId": batch_id, "partition": partition, "attempt": attempt, "records": n}
+            producer.produce(commit_log[0], json.dumps(marker).encode(), transactional_id.encode(),
+                             partition=commit_log[1])
+        producer.commit_transaction(120)
+        self.check_delivery()
+        return TaskReport(partition, batch_id, attempt, n, False, transactional_id)
+
+    def write_micro_batch(self, batches: Iterator[pa.RecordBatch], *, query_id: str, batch_id: int,
+                          partition: int, attempt: int) -> TaskReport:
+        """Partition ``partition`` of micro-batch ``batch_id`` of query ``query_id``, exactly once."""
+        if not self.exactly_once:
+            return self.write_plain(batches, batch_id=batch_id, partition=partition, attempt=attempt)
+        # Two kbroker writes in one foreachBatch need distinct names, or they would share ids and markers.
+        scope = f"{query_id}.{self.sink_name}" if self.sink_name else query_id
+        commit_topic = f"{self.commit_prefix}{scope}"
+        if _KNOWN_COMMIT_TOPICS.get(commit_topic, 0) <= partition:
+            kafka_io.ensure_topic(kafka_io.admin(self.conf), commit_topic, partitions=partition + 1,
+                                  config={"cleanup.policy": "compact"})
+            _KNOWN_COMMIT_TOPICS[commit_topic] = partition + 1
+        return self.write_transaction(batches, transactional_id=f"{self.txn_prefix}.{scope}.{partition}",
+                                      batch_id=batch_id, partition=partition, attempt=attempt,
+                                      commit_log=(commit_topic, partition))
+
+
+def _nonempty(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch] | None:
+    """``batches`` with empty batches dropped, or None when there is no row at all."""
+    it = (b for b in batches if b.num_rows)
+    first = next(it, None)
+    if first is None:
+        return None
+
+    def chain() -> Iterator[pa.RecordBatch]:
+        yield first
+        yield from it
+
+    return chain()
+
+
+def last_committed_batch(conf: dict[str, str], topic: str, partition: int, transactional_id: str) -> int | None:
+    """The batch id of the last committed marker of ``transactional_id`` in ``topic``/``partition``.
+
+    Reads the tail with read_committed, widening the window until a marker shows up: the partition
+    has one writer, so apart from aborted attempts the last committed record is the marker sought.
+    """
+    consumer = kafka_io.range_consumer(conf, **{"isolation.level": "read_committed",
+                                                "fetch.wait.max.ms": 10})
+    try:
+        tp = CkTopicPartition(topic, partition)
+        low, high = consumer.get_watermark_offsets(tp, cached=False, timeout=30)
+        window = 16
+        while high > low:
+            start = max(low, high - window)
+            last: int | None = None
+            for msg in _read_to(consumer, topic, partition, start, high):
+                if msg.key() == transactional_id.encode():
+                    last = int(json.loads(msg.value())["batchId"])
+            if last is not None or start == low:
+                return last
+            window *= 8
+        return None
+    finally:
+        consumer.close()
+
+
+def _read_to(consumer: Any, topic: str, partition: int, start: int, end: int) -> Iterator[Any]:
+    consumer.assign([CkTopicPartition(topic, partition, start)])
+    while True:
+        # consume() waits for all num_messages or the timeout; the tail is short, so is the wait.
+        for msg in consumer.consume(num_messages=max(1, end - start), timeout=0.05):
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF and msg.offset() >= end:
+                    return
+                if err.code() != KafkaError._PARTITION_EOF:
+                    raise KafkaException(err)
+                continue
+            if msg.offset() >= end:
+                return
+            yield msg
+            if msg.offset() == end - 1:
+                return
+
+
+class KBrokerStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
+    """Micro-batch sink: one transaction (rows + commit marker) per task, replays skipped."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        assert ctx is not None
+        partition, attempt = ctx.partitionId(), ctx.attemptNumber()
+        batch_id = int(ctx.getLocalProperty(BATCH_ID_PROPERTY))
+        query_id = ctx.getLocalProperty(QUERY_ID_PROPERTY)
+        batches = _nonempty(iterator)
+        if batches is None:
+            # Nothing to write; a replay of this batch is empty too, so no marker is needed.
+            return TaskReport(partition, batch_id, attempt, 0, False, None)
+        return self.write_micro_batch(batches, query_id=query_id, batch_id=batch_id, partition=partition,
+                                      attempt=attempt)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        reports = [m for m in messages if isinstance(m, TaskReport)]
+        written = sum(r.records for r in reports)
+        skipped = sum(1 for r in reports if r.skipped)
+        log.info("batch %d: %d records in %d tasks (%d replayed tasks skipped)", batchId, written,
+                 len(reports), skipped)
+        crash = os.environ.get(CRASH_ENV)
+        if crash is not None and int(crash) == batchId:
+            # Test hook: die like a crashed driver host, data committed but batch not marked done.
+            _crash_driver()
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        # Tasks that committed stay committed: the replay of this batch skips them via their markers.
+        log.warning("batch %d aborted by Spark", batchId)
+
+
+def _crash_driver() -> None:
+    """SIGKILL the driver Python process, its Spark JVM, and this worker's process group (Linux)."""
+
+    def parent_and_name(pid: int) -> tuple[int, str]:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+        name = stat[stat.index("(") + 1: stat.rindex(")")]
+        return int(stat[stat.rindex(")") + 2:].split()[1]), name
+
+    pid = os.getppid()
+    while pid > 1:
+        parent, name = parent_and_name(pid)
+        if name == "java":  # the driver JVM; its parent is the driver's Python process
+            os.kill(parent, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
+            break
+        pid = parent
+    os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+class KBrokerBatchWriter(_WriterBase, DataSourceArrowWriter):
+    """``df.write.format("kbroker")``: every task writes in one transaction; retries fence earlier attempts."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        super().__init__(options, schema)
+        # Chosen on the driver, pickled into every task: retries of a task share its transactional.id.
+        self.job_id = uuid.uuid4().hex
+        # Set by foreach_batch_sink(): this batch write is micro-batch ``batch_id`` of a streaming query.
+        query_id, batch_id = self.opt("kbroker.sink.queryId"), self.opt("kbroker.sink.batchId")
+        self.micro_batch = (query_id, int(batch_id)) if query_id and batch_id is not None else None
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        assert ctx is not None
+        partition, attempt = ctx.partitionId(), ctx.attemptNumber()
+        batches = _nonempty(iterator)
+        if batches is None:
+            return TaskReport(partition, None, attempt, 0, False, None)
+        if self.micro_batch is not None:
+            return self.write_micro_batch(batches, query_id=self.micro_batch[0], batch_id=self.micro_batch[1],
+                                          partition=partition, attempt=attempt)
+        if not self.exactly_once:
+            return self.write_plain(batches, batch_id=None, partition=partition, attempt=attempt)
+        return self.write_transaction(batches, transactional_id=f"{self.txn_prefix}.batch.{self.job_id}.{partition}",
+                                      batch_id=None, partition=partition, attempt=attempt, commit_log=None)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        n = sum(m.records for m in messages if isinstance(m, TaskReport))
+        log.info("batch write committed: %d records", n)
+
+
+def foreach_batch_sink(**options: str) -> Callable[[DataFrame, int], None]:
+    """A ``foreachBatch`` function writing each micro-batch exactly once through the kbroker sink.
+
+    For queries whose output mode the Python streaming sink API does not accept (update mode,
+    e.g. aggregations emitting changed rows): ``df.writeStream.outputMode("update")
+    .foreachBatch(foreach_batch_sink(**{"kafka.bootstrap.servers": ..., "topic": ...}))``. Same
+    protocol as the streaming writer, keyed by the query id and the micro-batch id Spark passes in.
+    """
+
+    def write(df: DataFrame, batch_id: int) -> None:
+        query_id = df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+        if not query_id:
+            raise RuntimeError("foreach_batch_sink() must be used as a streaming foreachBatch function")
+        writer = df.write.format("kbroker").mode("append")
+        for key, value in options.items():
+            writer = writer.option(key, value)
+        writer.option("kbroker.sink.queryId", query_id).option("kbroker.sink.batchId", str(batch_id)).save()
+
+    return write
