@@ -1,5 +1,10 @@
 """The broker process: wires config, metadata, storage, coordinators and the server together,
 runs the background schedulers (flush, retention, checkpoints, cleaner) and shuts down cleanly.
+
+The flush scheduler (flush.ms, segments rolled since the last flush) goes through
+ReplicaManager.flush like the produce path: plan on the loop, fsync in the executor, complete on
+the loop, never two flushes of one log at once. Shutdown waits for flushes in flight before the
+final synchronous flush of every log.
 """
 
 from __future__ import annotations
@@ -174,10 +179,15 @@ class Broker:
 
     async def _flush_due(self) -> None:
         now = _now_ms()
-        loop = asyncio.get_running_loop()
-        for part in list(self.replica_manager.all()):
-            if part.log.needs_flush(now):
-                await loop.run_in_executor(None, part.log.flush)
+        rm = self.replica_manager
+        pending = []
+        for part in list(rm.all()):
+            target = part.log.flush_target(now)
+            if target is not None:
+                pending.append(rm.flush(part, target))
+        if pending:
+            # Failures are logged by the flusher; the next round retries (the segments stay dirty).
+            await asyncio.gather(*pending, return_exceptions=True)
 
     async def _retention(self) -> None:
         now = _now_ms()
@@ -231,6 +241,7 @@ class Broker:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.replica_manager.wait_flushes()
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
         log.info("shut down cleanly")
 

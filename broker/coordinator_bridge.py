@@ -39,7 +39,10 @@ class LocalPartitionAccess:
         part = self.broker.replica_manager.get(topic, partition)
         if part is None:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}-{partition} is not hosted here")
-        return self.broker.replica_manager.append_control(part, bytearray(batch))
+        rm = self.broker.replica_manager
+        offset = rm.append_control(part, bytearray(batch))
+        await rm.flush_due([part])
+        return offset
 
     def iter_batches(self, topic: str, partition: int, start_offset: int = 0) -> Iterator[tuple[BatchHeader, bytes]]:
         part = self.broker.replica_manager.get(topic, partition)

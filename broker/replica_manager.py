@@ -1,7 +1,14 @@
-"""Partitions this broker leads: their logs, high watermark / LSO, appends and fetch wake-ups.
+"""Partitions this broker leads: their logs, high watermark / LSO, appends, flushes and fetch
+wake-ups.
 
 Handlers reach storage only through here, so that replication (follower fetch, ISR, a high
 watermark below the log end) can later change what "committed" means in one place.
+
+Flushes (fsync) never run on the event loop: `ReplicaManager.flush` plans one on the loop, runs
+its fsync in the default executor and completes it on the loop (storage.log's plan_flush /
+FlushPlan.sync / complete_flush). A log has at most one flush in flight; requests made meanwhile
+share a single follow-up flush. Appends report flush.messages being reached (`flush_due`) and
+the produce path awaits the flush before acknowledging.
 """
 
 from __future__ import annotations
@@ -23,6 +30,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("broker.replica_manager")
 
 
+# A flush request without an end offset: everything appended when the flush is planned.
+_FLUSH_ALL = 1 << 63
+
+
 @dataclass(slots=True)
 class AppendOutcome:
     error: ErrorCode = ErrorCode.NONE
@@ -31,12 +42,14 @@ class AppendOutcome:
     log_start_offset: int = -1
     message: str | None = None
     record_errors: list[tuple[int, str | None]] = field(default_factory=list)
+    flush_due: bool = False  # flush.messages reached: flush before acknowledging (see ReplicaManager.flush)
 
 
 class Partition:
     """One partition led by this broker."""
 
-    __slots__ = ("topic", "index", "log", "leader_epoch", "_waiters", "producer_state", "max_message_bytes")
+    __slots__ = ("topic", "index", "log", "leader_epoch", "_waiters", "producer_state", "max_message_bytes",
+                 "_flush_task", "_flush_waiters", "_flush_up_to")
 
     def __init__(self, topic: str, index: int, log: Log, leader_epoch: int, max_message_bytes: int) -> None:
         self.topic = topic
@@ -46,6 +59,11 @@ class Partition:
         self.leader_epoch = leader_epoch
         self._waiters: set[asyncio.Future[None]] = set()
         self.producer_state = getattr(log, "producer_state", None)
+        # ReplicaManager.flush: the task running this log's flushes, the futures waiting for the
+        # next one, and how far that one must reach.
+        self._flush_task: asyncio.Task[None] | None = None
+        self._flush_waiters: list[asyncio.Future[None]] = []
+        self._flush_up_to = 0
 
     @property
     def high_watermark(self) -> int:
@@ -148,7 +166,11 @@ class ReplicaManager:
             if ps is not None and h.has_producer_id:
                 dup = ps.check_duplicate(h)
                 if dup is not None:
-                    return AppendOutcome(base_offset=dup.first_offset, log_start_offset=lg.log_start_offset)
+                    # The original may still wait for its fsync (its flush in flight, or failed):
+                    # the retry is acknowledged no earlier.
+                    due = dup.last_offset >= lg.recovery_point and lg.flush_messages_due()
+                    return AppendOutcome(base_offset=dup.first_offset, log_start_offset=lg.log_start_offset,
+                                         flush_due=due)
                 if h.is_transactional:
                     self._verify_txn(part, h, transactional_id)
                 ps.validate(h, now_ms=now)
@@ -164,7 +186,7 @@ class ReplicaManager:
             return AppendOutcome(error=ErrorCode(code), message=str(e), log_start_offset=lg.log_start_offset)
         part.wake_waiters()
         return AppendOutcome(base_offset=result.first_offset, log_append_time=result.log_append_time,
-                             log_start_offset=lg.log_start_offset)
+                             log_start_offset=lg.log_start_offset, flush_due=result.flush_due)
 
     def _verify_txn(self, part: Partition, h: B.BatchHeader, transactional_id: str | None) -> None:
         entry = part.producer_state.last_entry(h.producer_id)
@@ -196,4 +218,85 @@ class ReplicaManager:
                 if h.has_producer_id and not h.is_control:
                     ps.update(h, now_ms=now)
         part.wake_waiters()
+        # Callers await flush_due() before answering, so flush.messages holds for coordinator writes too.
         return result.first_offset
+
+    async def flush_due(self, parts: Iterable[Partition]) -> None:
+        """Wait for an fsync of each of ``parts`` whose flush.messages threshold is reached."""
+        due = [self.flush(p) for p in set(parts) if p.log.flush_messages_due()]
+        if due:
+            await asyncio.gather(*due)
+
+    # --- flush -----------------------------------------------------------------------------
+
+    def flush(self, part: Partition, up_to: int | None = None) -> asyncio.Future[None]:
+        """A future that resolves once an fsync of ``part``'s log covering everything appended so
+        far (with ``up_to``: the offsets below it) has completed, or fails with its error.
+
+        Never more than one flush of a log in flight (overlapping ones could move the recovery
+        point past data still being fsynced): requests made while one runs share the next one,
+        which is a group commit for concurrent producers. Each caller gets its own future, so
+        a waiter cancelled with its connection cancels nothing else."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        part._flush_waiters.append(fut)
+        target = _FLUSH_ALL if up_to is None else up_to
+        if target > part._flush_up_to:
+            part._flush_up_to = target
+        if part._flush_task is None:
+            part._flush_task = asyncio.create_task(self._run_flushes(part), name=f"flush-{part.topic}-{part.index}")
+        return fut
+
+    def schedule_flush(self, part: Partition) -> None:
+        """Flush without waiting (acks=0, coordinator writes). Errors are logged by the flusher.
+        Caveat: what is answered before that flush completes is not yet fsynced."""
+        self.flush(part).add_done_callback(_retrieve)
+
+    async def _run_flushes(self, part: Partition) -> None:
+        lg = part.log
+        loop = asyncio.get_running_loop()
+        try:
+            while part._flush_waiters:
+                waiters, part._flush_waiters = part._flush_waiters, []
+                up_to, part._flush_up_to = part._flush_up_to, 0
+                error: Exception | None = None
+                plan = None
+                try:
+                    plan = lg.plan_flush(None if up_to >= _FLUSH_ALL else up_to)
+                    if plan is not None:
+                        await loop.run_in_executor(None, plan.sync)
+                        lg.complete_flush(plan)
+                except asyncio.CancelledError:
+                    # Loop teardown. The fsync may still run, but nobody completes it: leave the
+                    # log as if it failed (dirty again) so a later flush covers its segments.
+                    if plan is not None:
+                        lg.flush_failed(plan)
+                    for w in waiters + part._flush_waiters:
+                        w.cancel()
+                    part._flush_waiters = []
+                    raise
+                except Exception as e:
+                    if plan is not None:
+                        lg.flush_failed(plan)
+                    log.error("flushing %s-%d failed", part.topic, part.index, exc_info=e)
+                    error = e
+                for w in waiters:
+                    if not w.done():
+                        if error is None:
+                            w.set_result(None)
+                        else:
+                            w.set_exception(error)
+        finally:
+            part._flush_task = None
+
+    async def wait_flushes(self) -> None:
+        """Wait until no flush is in flight (shutdown: the final synchronous flush of every log
+        must not overlap one)."""
+        while tasks := [p._flush_task for p in self.partitions.values() if p._flush_task is not None]:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _retrieve(fut: asyncio.Future[None]) -> None:
+    """Done-callback of a flush nobody awaits: fetch its exception so asyncio does not report it
+    as never retrieved (the flusher already logged it)."""
+    if not fut.cancelled():
+        fut.exception()

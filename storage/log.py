@@ -1,9 +1,17 @@
 """One partition's log: an ordered list of segments plus offsets, leader epochs and recovery.
 
 Owned by the broker's event loop: append/read/retention run on the loop (plain os.write /
-os.pread, no fsync); `flush` is the one blocking call and is meant for an executor. Offsets are
-assigned by patching each batch's baseOffset in the caller's buffer, which is then written
-with one os.write: no per-record work and no copy of the batch bytes.
+os.pread, no fsync). Offsets are assigned by patching each batch's baseOffset in the caller's
+buffer, which is then written with one os.write: no per-record work and no copy of the batch
+bytes.
+
+fsync is the one blocking step, and the only one allowed off the loop, so a flush is split in
+three: `plan_flush` (loop) picks the dirty segments below the target offset and captures their
+fds and index paths; `FlushPlan.sync` (an executor) only fsyncs those; `complete_flush` (loop)
+advances the recovery point, never backwards. At most one flush per log is in flight. `append`
+never fsyncs: it reports flush.messages being reached in `AppendResult.flush_due` and the caller
+flushes (the broker before acknowledging). The synchronous `flush` runs all three steps in the
+calling thread, for close, shutdown and tests.
 
 Crash safety follows Kafka: segments below the recovery point were fsynced and are trusted;
 after an unclean shutdown every segment from the recovery point on is re-validated (CRC,
@@ -36,6 +44,7 @@ from storage.segment import (
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     Segment,
+    SegmentSync,
     now_ms,
 )
 from storage.txn_index import AbortedTxn
@@ -43,6 +52,7 @@ from storage.txn_index import AbortedTxn
 __all__ = [
     "AbortedTxn",
     "AppendResult",
+    "FlushPlan",
     "Log",
     "OffsetOutOfRangeError",
     "ProducerStateHook",
@@ -73,6 +83,8 @@ class AppendResult:
     last_offset: int
     max_timestamp: int
     log_append_time: int  # -1 unless message.timestamp.type=LogAppendTime
+    # flush.messages reached: the caller should flush (and, to acknowledge, wait for it)
+    flush_due: bool = False
 
 
 @dataclass(slots=True)
@@ -83,6 +95,26 @@ class ReadResult:
 
 
 _EMPTY_READ = ReadResult([], 0, None)
+
+
+@dataclass(slots=True)
+class FlushPlan:
+    """A flush planned on the loop by `Log.plan_flush`: all that its blocking part needs."""
+
+    log: Log
+    end_offset: int  # the recovery point once this flush completes
+    planned_ms: int
+    generation: int  # Log._generation when planned; a truncation since voids the recovery point
+    segments: list[SegmentSync]
+    dir: Path | None  # the partition dir, when segment files were created since the last flush
+
+    def sync(self) -> None:
+        """The blocking part: fsync the captured files (and the dir). Touches no Log state, so it
+        may run in an executor while the loop appends, rolls, truncates or retires segments."""
+        for seg in self.segments:
+            seg.sync()
+        if self.dir is not None:
+            fsync_dir(self.dir)
 
 
 class ProducerStateHook(Protocol):
@@ -133,6 +165,8 @@ class Log:
         self._last_flush_ms = now_ms()
         self._roll_flush_offset = 0  # rolled segments below this wait for a flush
         self._dir_dirty = False
+        self._flushing: FlushPlan | None = None  # planned, not yet completed or failed
+        self._generation = 0  # bumped by every truncation (see FlushPlan.generation)
         self._log_append_time = config.log_append_time
         self.closed = False
 
@@ -405,9 +439,9 @@ class Log:
             entries = self.leader_epoch_entries
             if not entries or leader_epoch > entries[-1][0]:
                 self.assign_leader_epoch(leader_epoch, first)
-        if offset - self.recovery_point >= cfg.flush_messages:
-            self.flush()
-        return AppendResult(first, offset - 1, max_ts, now_ms if log_append_time else -1)
+        # No fsync here (it would block the loop): the caller schedules a flush.
+        return AppendResult(first, offset - 1, max_ts, now_ms if log_append_time else -1,
+                            offset - self.recovery_point >= cfg.flush_messages)
 
     def roll(self, now_ms: int | None = None) -> None:
         """Start a new active segment at the log end offset (no-op if the active one is empty there)."""
@@ -496,35 +530,102 @@ class Log:
     # durability
     # ------------------------------------------------------------------------------------------
 
-    def flush(self, up_to: int | None = None) -> None:
-        """fsync segments holding offsets below ``up_to`` (default: all) and advance the recovery
-        point. Blocking: run it in an executor."""
+    def plan_flush(self, up_to: int | None = None, now_ms: int | None = None) -> FlushPlan | None:
+        """Loop side, first step of a flush of the offsets below ``up_to`` (default: the log end
+        offset): pick the dirty segments holding them and capture their files (see
+        Segment.prepare_flush), and the partition dir if segments were created since the last
+        flush. None when there is nothing to do. Run ``sync`` of the plan (blocking), then
+        `complete_flush` or, if it raised, `flush_failed`. One flush at a time: a second one
+        planned meanwhile would skip the segments the first marked clean, and could move the
+        recovery point past data still being fsynced."""
+        if self._flushing is not None:
+            raise RuntimeError(f"{self.dir.name}: a flush is already in flight")
+        if self.closed:
+            return None
         end = self.log_end_offset if up_to is None else min(up_to, self.log_end_offset)
         if end <= self.recovery_point and not self._dir_dirty:
-            return
-        for seg in list(self.segments):
-            if seg.base_offset >= end and seg.base_offset > self.segments[0].base_offset:
+            return None
+        syncs: list[SegmentSync] = []
+        first = self.segments[0]
+        for seg in self.segments:
+            if seg.base_offset >= end and seg is not first:
                 break
             if seg.dirty:
-                try:
-                    seg.flush()
-                except OSError:
-                    if not seg.closed:
-                        raise
+                sync = seg.prepare_flush()
+                if sync is not None:
+                    syncs.append(sync)
+        dir = None
         if self._dir_dirty:
             self._dir_dirty = False
-            fsync_dir(self.dir)
+            dir = self.dir
+        plan = FlushPlan(self, end, _now(now_ms), self._generation, syncs, dir)
+        self._flushing = plan
+        return plan
+
+    def complete_flush(self, plan: FlushPlan) -> None:
+        """Loop side, last step: the plan's files are durable, advance the recovery point to its
+        end offset (never backwards) unless the log was truncated since it was planned."""
+        if plan is not self._flushing:
+            raise RuntimeError(f"{self.dir.name}: completing a flush that is not in flight")
+        self._flushing = None
+        if plan.generation != self._generation:
+            return  # offsets below plan.end_offset may have been rewritten after the plan
+        end = min(plan.end_offset, self.log_end_offset)
         if end > self.recovery_point:
             self.recovery_point = end
-        self._last_flush_ms = now_ms()
+        if plan.planned_ms > self._last_flush_ms:
+            # The plan time, not now: data appended during the fsync is not covered by it.
+            self._last_flush_ms = plan.planned_ms
+
+    def flush_failed(self, plan: FlushPlan) -> None:
+        """Loop side, instead of `complete_flush` when ``sync`` raised (or was abandoned): mark
+        what the plan marked clean dirty again, so the next flush retries it."""
+        if plan is self._flushing:
+            self._flushing = None
+        for sync in plan.segments:
+            if not sync.segment.closed:
+                sync.segment.dirty = True
+        if plan.dir is not None:
+            self._dir_dirty = True
+
+    @property
+    def flush_in_flight(self) -> bool:
+        return self._flushing is not None
+
+    def flush(self, up_to: int | None = None) -> None:
+        """fsync segments holding offsets below ``up_to`` (default: all) and advance the recovery
+        point: plan, sync and complete in the calling thread. Blocking; for close, shutdown and
+        tests, where no event loop is using the log (the broker flushes through its executor)."""
+        plan = self.plan_flush(up_to)
+        if plan is None:
+            return
+        try:
+            plan.sync()
+        except BaseException:
+            self.flush_failed(plan)
+            raise
+        self.complete_flush(plan)
+
+    def flush_messages_due(self) -> bool:
+        """flush.messages policy: that many messages (or more) above the recovery point."""
+        return self.log_end_offset - self.recovery_point >= self.config.flush_messages
+
+    def flush_target(self, now_ms: int) -> int | None:
+        """The offset the flush scheduler should flush below, or None: the log end offset when
+        flush.ms has passed since the last flush, else the end of the segments rolled since
+        then (Kafka fsyncs a segment right after rolling it, which is what advances the
+        recovery point, and bounds recovery after a crash, with the default flush settings)."""
+        if self.log_end_offset <= self.recovery_point:
+            return None
+        if now_ms - self._last_flush_ms >= self.config.flush_ms:
+            return self.log_end_offset
+        if self._roll_flush_offset > self.recovery_point:
+            return self._roll_flush_offset
+        return None
 
     def needs_flush(self, now_ms: int) -> bool:
-        """flush.ms policy (unflushed data older than flush.ms), or a segment rolled since the
-        last flush: Kafka fsyncs a segment right after rolling it, which is what advances the
-        recovery point (and bounds recovery after a crash) with the default flush settings."""
-        if self.log_end_offset <= self.recovery_point:
-            return False
-        return self._roll_flush_offset > self.recovery_point or now_ms - self._last_flush_ms >= self.config.flush_ms
+        """flush.ms policy, or a segment rolled since the last flush (see flush_target)."""
+        return self.flush_target(now_ms) is not None
 
     def flush_rolled(self) -> None:
         """Flush segments rolled since the last flush (Kafka flushes them right after a roll)."""
@@ -597,6 +698,7 @@ class Log:
         if offset >= self.log_end_offset:
             return
         now = now_ms()
+        self._generation += 1
         if offset < self.log_start_offset or offset <= self.segments[0].base_offset:
             self._truncate_fully_and_start_at(offset, now)
         else:
@@ -612,6 +714,7 @@ class Log:
         self._rebuild_producer_state(now)
 
     def _truncate_fully_and_start_at(self, offset: int, now: int) -> None:
+        self._generation += 1
         for seg in list(self.segments):
             self._retire(seg, now)
         self._add_segment(self._new_segment(offset, now))

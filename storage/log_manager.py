@@ -167,8 +167,10 @@ class LogManager:
             OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).write(starts)
 
     def flush_dirty(self, now_ms: int) -> int:
-        """Blocking (run in an executor): flush logs due by flush.ms and segments rolled since the
-        last flush. Returns how many logs were flushed."""
+        """Flush logs due by flush.ms and segments rolled since the last flush, synchronously in the
+        calling thread (Log.flush mutates log state): only where no event loop is using the logs.
+        A broker flushes each log through plan_flush / FlushPlan.sync / complete_flush instead.
+        Returns how many logs were flushed."""
         n = 0
         for lg in list(self._logs.values()):
             if lg.closed:

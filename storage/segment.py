@@ -4,6 +4,11 @@ The ``.log`` file is held open (O_APPEND) for the segment's life: appends are on
 ``os.write`` of the caller's buffer, reads are ``os.pread`` of whole byte ranges. Index
 entries are kept in memory and written at flush/roll/close (see offset_index).
 
+A flush has a loop side and a blocking side: `Segment.prepare_flush` (on the event loop that
+owns the segment) writes pending index entries, marks the segment clean and returns a
+`SegmentSync`, whose `sync` only fsyncs the captured fd and index files and so may run in an
+executor while the loop appends to, rolls, renames or closes the segment.
+
 Indexing rule (Kafka's LogSegment.recover, equivalent to its append path): a batch at file
 position P gets an offset-index entry (batch last offset -> P) when P - position of the
 previous entry > index.interval.bytes; the time index gets (max timestamp so far, offset of
@@ -17,6 +22,7 @@ import os
 import struct
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from storage import batch as rb
@@ -476,15 +482,23 @@ class Segment:
         self.offset_index.flush()
         self.time_index.flush()
 
-    def flush(self) -> None:
-        """fsync the log and its indexes (blocking)."""
+    def prepare_flush(self) -> SegmentSync | None:
+        """Loop side of a flush: write pending index entries (plain writes, as on roll), mark the
+        segment clean and capture what the fsync needs; None if the segment is closed. Clearing
+        ``dirty`` here, before the fsync, is what keeps a write made while the fsync runs from
+        being lost: it marks the segment dirty again for the next flush."""
         if self.closed:
-            return
+            return None
+        self.offset_index.flush()
+        self.time_index.flush()
         self.dirty = False
-        os.fsync(self.fd)
-        self.offset_index.flush(fsync=True)
-        self.time_index.flush(fsync=True)
-        self.txn_index.fsync()
+        return SegmentSync(self, self.fd, (self.offset_index.path, self.time_index.path, self.txn_index.path))
+
+    def flush(self) -> None:
+        """fsync the log and its indexes in the calling thread (blocking)."""
+        sync = self.prepare_flush()
+        if sync is not None:
+            sync.sync()
 
     def close(self) -> None:
         if self.closed:
@@ -528,3 +542,39 @@ class Segment:
 
     def __lt__(self, other: Segment) -> bool:
         return self.base_offset < other.base_offset
+
+
+@dataclass(slots=True)
+class SegmentSync:
+    """The blocking half of a segment flush, captured on the loop by `Segment.prepare_flush`."""
+
+    segment: Segment
+    fd: int
+    index_paths: tuple[Path, ...]
+
+    def sync(self) -> None:
+        """fsync the captured ``.log`` fd and index files. Reads no segment state but ``closed``,
+        so it may run in an executor while the loop keeps using the segment."""
+        try:
+            os.fsync(self.fd)
+        except OSError:
+            # Closed meanwhile (retention, topic deletion): EBADF, or EINVAL once the number was
+            # reused by a socket. Deleted data needs no fsync (and the broker lets flushes in
+            # flight finish before closing logs at shutdown).
+            if not self.segment.closed:
+                raise
+        for path in self.index_paths:
+            _fsync_path(path)
+
+
+def _fsync_path(path: Path) -> None:
+    """fsync a file by name. A segment in the log is only renamed (``.deleted``) or deleted
+    when it leaves the log, so a missing file belongs to a retired segment: nothing to keep."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

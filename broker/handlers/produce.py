@@ -11,6 +11,11 @@ batches of a producer answers with the original base offset. acks must be -1, 0 
 (INVALID_REQUIRED_ACKS). With acks=0 no response is sent and, like Kafka, a failed append closes
 the connection so the client notices. On one node acks=all equals acks=1 (the ISR is the leader).
 
+Durability: when an append reaches flush.messages, the partition's log is flushed (fsync in an
+executor, see ReplicaManager.flush) and, with acks=1/-1, the response waits for that flush, so
+with flush.messages=1 an acknowledged record is on disk. A failed flush answers
+KAFKA_STORAGE_ERROR for that partition. With acks=0 the flush is only scheduled.
+
 The request is decoded by protocol.fast_codecs: each partition's records are a writable view
 into the request frame, validated and appended without being copied.
 
@@ -19,17 +24,18 @@ Deviation: v13 (topic ids in Produce) is not served yet.
 
 from __future__ import annotations
 
+import asyncio
+
 from kafka.protocol.producer import ProduceResponse
 
 from broker.handlers import RequestContext, api
 from broker.metadata import INTERNAL_TOPICS
+from broker.replica_manager import Partition
 from protocol.errors import ErrorCode
 from protocol.fast_codecs import decode_produce_request
 
 TopicResp = ProduceResponse.TopicProduceResponse
 PartResp = TopicResp.PartitionProduceResponse
-
-
 
 
 @api(0, 3, 12, decoder=decode_produce_request)
@@ -38,11 +44,13 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
     rm = ctx.broker.replica_manager
     acks = request.acks
     responses = []
+    due: dict[Partition, list] = {}  # partitions whose append reached flush.messages -> their responses
     failed = False
     for td in request.topic_data:
         name = td.name
         parts = []
         for pd in td.partition_data:
+            flush_part = None
             if acks not in (-1, 0, 1):
                 outcome_code, base, lat, lso, msg = ErrorCode.INVALID_REQUIRED_ACKS, -1, -1, -1, None
             elif name in INTERNAL_TOPICS:
@@ -58,16 +66,32 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
                 else:
                     o = rm.append(part, pd.records, transactional_id=request.transactional_id)
                     outcome_code, base, lat, lso, msg = o.error, o.base_offset, o.log_append_time, o.log_start_offset, o.message
+                    if o.flush_due:
+                        flush_part = part
             if outcome_code != ErrorCode.NONE:
                 failed = True
-            parts.append(PartResp(version=v, index=pd.index, error_code=outcome_code, base_offset=base,
-                                  log_append_time_ms=lat, log_start_offset=lso, record_errors=[],
-                                  error_message=msg if outcome_code else None))
+            resp = PartResp(version=v, index=pd.index, error_code=outcome_code, base_offset=base,
+                            log_append_time_ms=lat, log_start_offset=lso, record_errors=[],
+                            error_message=msg if outcome_code else None)
+            parts.append(resp)
+            if flush_part is not None:
+                due.setdefault(flush_part, []).append(resp)
         responses.append(TopicResp(version=v, name=name, partition_responses=parts))
     if acks == 0:
+        for part in due:
+            rm.schedule_flush(part)
         if failed:
             from broker.server import CloseConnection
 
             raise CloseConnection("a Produce with acks=0 failed; closing so the producer notices")
         return None
+    if due:
+        # Acknowledge only what is fsynced: one flush per partition, all of them in flight at once.
+        settled = await asyncio.gather(*(rm.flush(part) for part in due), return_exceptions=True)
+        for (part, resps), res in zip(due.items(), settled, strict=True):
+            if isinstance(res, BaseException):
+                for resp in resps:
+                    resp.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+                    resp.base_offset = resp.log_append_time_ms = -1
+                    resp.error_message = f"Flushing {part.topic}-{part.index} to disk failed: {res!r}"
     return ProduceResponse(version=v, responses=responses, throttle_time_ms=0)

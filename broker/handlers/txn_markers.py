@@ -62,10 +62,16 @@ def write_marker(broker: Broker, m: TxnMarkerEntry, topic: str, partition: int) 
 
 async def write_markers_locally(broker: Broker, markers: list[TxnMarkerEntry]) -> dict[tuple[int, str, int], int]:
     out: dict[tuple[int, str, int], int] = {}
+    touched = []
     for m in markers:
         for topic, parts in m.partitions.items():
             for p in parts:
                 out[(m.producer_id, topic, p)] = write_marker(broker, m, topic, p)
+                part = broker.replica_manager.get(topic, p)
+                if part is not None:
+                    touched.append(part)
+    # Markers are answered (and CompleteCommit written) only once flush.messages is honoured.
+    await broker.replica_manager.flush_due(touched)
     return out
 
 

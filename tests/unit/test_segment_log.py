@@ -265,17 +265,151 @@ def test_flush_policy_and_roll_flush(tmp_path: Path) -> None:
     assert not lg.needs_flush(10**15)
     append(lg)
     assert lg.needs_flush(lg._last_flush_ms + 1000) and not lg.needs_flush(lg._last_flush_ms + 999)
+    assert lg.flush_target(lg._last_flush_ms + 1000) == lg.log_end_offset == 1
     lg.flush()
     assert lg.recovery_point == 1 and not lg.needs_flush(10**15)
     while len(lg.segments) < 2:
         append(lg)
     assert lg.needs_flush(lg._last_flush_ms)  # a rolled segment waits for its fsync
+    # only the rolled segment is due: the active one is not part of that flush
+    assert lg.flush_target(lg._last_flush_ms) == lg.segments[1].base_offset < lg.log_end_offset
     lg.flush()
     assert lg.recovery_point == lg.log_end_offset
-    lg.update_config(LogConfig(flush_messages=3))
+
+
+@pytest.fixture
+def fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every fd fsynced from here on (os.fsync is patched process-wide)."""
+    import os
+
+    calls: list[int] = []
+    real = os.fsync
+
+    def counting(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", counting)
+    return calls
+
+
+def test_append_never_fsyncs_and_reports_flush_messages_due(tmp_path: Path, fsyncs: list[int]) -> None:
+    lg = Log.open(tmp_path / "t-0", LogConfig(flush_messages=3))
+    results = [append(lg)]
+    fsyncs.clear()  # the first append of an epoch writes (and fsyncs) leader-epoch-checkpoint
+    results += [append(lg) for _ in range(3)]
+    assert [r.flush_due for r in results] == [False, False, True, True]
+    assert fsyncs == [] and lg.recovery_point == 0  # append left the fsync to its caller
+    assert lg.flush_messages_due()
+    lg.flush()
+    assert fsyncs and lg.recovery_point == 4 and not lg.flush_messages_due()
+    assert not append(lg).flush_due  # counting starts again from the recovery point
+    lg.update_config(LogConfig(flush_messages=1))
+    assert append(lg).flush_due and lg.recovery_point == 4
+    lg.close()
+
+
+def test_plan_sync_complete_advances_recovery_point(tmp_path: Path, fsyncs: list[int]) -> None:
+    lg = Log.open(tmp_path / "t-0", LogConfig(flush_messages=1))
+    append(lg, 3)
+    fsyncs.clear()  # leader-epoch-checkpoint, written at the first append of an epoch
+    plan = lg.plan_flush(now_ms=123)
+    assert plan is not None and plan.end_offset == 3 and plan.dir == lg.dir  # a new segment file: dir too
+    assert not lg.segments[0].dirty and lg.flush_in_flight
+    with pytest.raises(RuntimeError):
+        lg.plan_flush()  # one flush at a time
+    append(lg, 2)  # lands while the fsync runs
+    assert lg.segments[0].dirty
+    assert fsyncs == []  # planning does not fsync
+    plan.sync()
+    assert lg.segments[0].fd in fsyncs
+    assert lg.recovery_point == 0  # only completion moves it
+    lg.complete_flush(plan)
+    assert lg.recovery_point == 3 and lg._last_flush_ms >= 123 and not lg.flush_in_flight
+    # The records appended during the fsync are picked up by the next flush.
+    plan2 = lg.plan_flush()
+    assert plan2 is not None and plan2.end_offset == 5 and plan2.dir is None
+    assert [s.segment for s in plan2.segments] == [lg.segments[0]]
+    plan2.sync()
+    lg.complete_flush(plan2)
+    assert lg.recovery_point == 5
+    assert lg.plan_flush() is None  # nothing left to do
+    lg.close()
+
+
+def test_recovery_point_never_moves_backwards(tmp_path: Path) -> None:
+    lg = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=500))
+    while len(lg.segments) < 3:
+        append(lg)
+    lg.flush()
+    rp = lg.recovery_point
+    assert rp == lg.log_end_offset
+    lg.roll(10_000)  # a new segment file: the next flush has the dir to fsync
+    assert lg._dir_dirty and lg.recovery_point == rp
+    plan = lg.plan_flush(up_to=1)  # an old target (a stale rolled-segment flush, say)
+    assert plan is not None and plan.end_offset == 1
+    plan.sync()
+    lg.complete_flush(plan)
+    assert lg.recovery_point == rp
+    lg.close()
+
+
+def test_truncation_during_flush_keeps_recovery_point(tmp_path: Path) -> None:
+    lg = Log.open(tmp_path / "t-0", LogConfig())
+    append(lg, 2)
+    lg.flush()
     for _ in range(3):
         append(lg)
-    assert lg.recovery_point == lg.log_end_offset  # flush.messages flushed inline
+    plan = lg.plan_flush()
+    assert plan is not None and plan.end_offset == 5
+    lg.truncate_to(3)  # follower truncation while the fsync runs ...
+    append(lg, 4)  # ... and new data at offsets the plan covered
+    plan.sync()
+    lg.complete_flush(plan)
+    assert lg.recovery_point == 2  # offsets 3.. were rewritten after the plan: not trusted
+    assert lg.segments[-1].dirty
+    lg.flush()
+    assert lg.recovery_point == lg.log_end_offset == 7
+    lg.close()
+
+
+def test_failed_flush_leaves_segments_dirty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from storage import segment
+
+    lg = Log.open(tmp_path / "t-0", LogConfig())
+    append(lg, 2)
+
+    def broken(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(segment.os, "fsync", broken)
+    with pytest.raises(OSError):
+        lg.flush()
+    assert lg.recovery_point == 0 and lg.segments[0].dirty and lg._dir_dirty and not lg.flush_in_flight
+    monkeypatch.undo()
+    lg.flush()
+    assert lg.recovery_point == 2
+    lg.close()
+
+
+def test_flush_sync_tolerates_segments_closed_meanwhile(tmp_path: Path) -> None:
+    """The executor part may run while retention deletes segments or the topic is deleted."""
+    lg = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=500, file_delete_delay_ms=0))
+    while len(lg.segments) < 4:
+        append(lg)
+    plan = lg.plan_flush()
+    assert plan is not None and len(plan.segments) == 4
+    lg.delete_records_before(lg.segments[2].base_offset)  # closes and deletes two of them
+    assert plan.segments[0].segment.closed
+    plan.sync()
+    lg.complete_flush(plan)
+    assert lg.recovery_point == lg.log_end_offset
+    append(lg)
+    plan = lg.plan_flush()
+    assert plan is not None
+    lg.delete()  # topic deleted: every fd closed, the dir renamed away and removed
+    plan.sync()
+    lg.complete_flush(plan)
 
 
 def test_read_without_index_entries_large_batches(tmp_path: Path) -> None:
