@@ -11,6 +11,10 @@ their timeout are aborted with an epoch bump, which fences the producer that sta
 Fault injection for tests: the environment variable ``KBROKER_CRASH_POINT`` names a point
 ("txn.after_prepare_commit", "txn.after_prepare_abort", "txn.after_markers") at which the
 broker process kills itself with SIGKILL, so crash recovery is testable without timing luck.
+``KBROKER_DELAY_POINT=<point>:<ms>`` (point "txn.before_markers") instead holds the commit or
+abort of a prepared transaction for ``ms`` milliseconds before its markers are written, with an
+``asyncio.sleep`` (the event loop keeps serving), so requests that arrive while a transaction is
+in PrepareCommit/PrepareAbort are testable deterministically.
 """
 
 from __future__ import annotations
@@ -46,6 +50,14 @@ def _crash_if(point: str) -> None:
         log.warning("fault injection: crashing at %s", point)
         logging.shutdown()
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def _delay_if(point: str) -> None:
+    """Test-only: ``KBROKER_DELAY_POINT=<point>:<ms>`` pauses this coroutine (never the loop) at ``point``."""
+    name, _, ms = os.environ.get("KBROKER_DELAY_POINT", "").rpartition(":")
+    if name == point and ms.isdigit():
+        log.warning("fault injection: delaying %s by %s ms", point, ms)
+        await asyncio.sleep(int(ms) / 1000)
 
 
 class TransactionCoordinator:
@@ -306,6 +318,7 @@ class TransactionCoordinator:
     async def _complete(self, md: TxnMetadata) -> None:
         """Write the markers of a prepared transaction, then its Complete state."""
         commit = md.state == TxnState.PREPARE_COMMIT
+        await _delay_if("txn.before_markers")
         remaining = set(md.partitions)
         backoff = 0.05
         while remaining:

@@ -281,9 +281,9 @@ async def test_transactional_offsets_survive_crash(broker_factory, point, commit
         await p.send(_values("o"))
         r = await c.request(AddOffsetsToTxnRequest(version=3, transactional_id=p.tid, producer_id=p.pid,
                                                    producer_epoch=p.epoch, group_id="crash-g"), 3)
-        if r.error_code == E.COORDINATOR_NOT_AVAILABLE:
-            pytest.skip("group coordinator not available in this build")
-        assert r.error_code == 0
+        # No skip on COORDINATOR_NOT_AVAILABLE: kbroker answers that only when it has no group coordinator,
+        # which is a regression here (AddOffsetsToTxn creates __consumer_offsets itself).
+        assert r.error_code == 0, E(r.error_code).name
         T = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
         r = await c.request(TxnOffsetCommitRequest(
             version=3, transactional_id=p.tid, group_id="crash-g", producer_id=p.pid, producer_epoch=p.epoch,

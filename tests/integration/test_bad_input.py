@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
+from collections.abc import Callable
 
 import pytest
 from kafka.protocol.admin import CreatePartitionsRequest, CreateTopicsRequest
@@ -17,6 +18,8 @@ from protocol.client import ProtocolClient
 from protocol.errors import ErrorCode
 from protocol.headers import encode_request
 from storage.batch import build_batch
+from tests.helpers.broker_proc import BrokerProcess
+from tests.helpers.wire import RawConnection
 
 pytestmark = pytest.mark.asyncio
 
@@ -120,7 +123,9 @@ async def test_api_versions_unknown_version_gets_v0_error_with_ranges(broker):
     assert resp.error_code == ErrorCode.UNSUPPORTED_VERSION
     keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
     assert keys[18] == (0, 4)
-    assert keys[0][1] >= 11
+    assert keys[0][1] >= 11  # Produce
+    assert keys[1][1] >= 15  # Fetch (KIP-903 replica state, no replica_id field)
+    assert keys[3][1] >= 12  # Metadata (topic ids in requests)
 
 
 async def test_corrupt_crc_is_rejected_and_nothing_stored(broker):
@@ -197,11 +202,58 @@ async def test_create_partitions_cannot_shrink(broker):
             assert resp.results[0].error_code == code
 
 
-async def test_other_connections_unaffected_while_bad_ones_arrive(broker):
+def _bad_unknown_api_key(broker, i: int) -> None:
+    assert _raw_exchange(broker, encode_request(999, 0, i, "t", b"", False)) == b""
+
+
+def _bad_truncated_frame(broker, i: int) -> None:
+    # Announces 100 bytes, delivers 10, then EOF: the broker drops the connection without answering.
+    assert _raw_exchange(broker, struct.pack(">i", 100) + b"x" * 10, shutdown=True) == b""
+
+
+def _bad_oversized_frame(broker, i: int) -> None:
+    assert _raw_exchange(broker, struct.pack(">i", 4096) + b"\0" * 100) == b""  # > socket.request.max.bytes
+
+
+def _bad_unsupported_version(broker, i: int) -> None:
+    assert _raw_exchange(broker, encode_request(0, 99, i, "t", b"", True)) == b""  # Produce v99
+
+
+def _bad_corrupt_crc(broker, i: int) -> None:
+    batch = bytearray(build_batch([(b"k", b"bad%d" % i)]))
+    batch[-1] ^= 0xFF  # inside the CRC-covered part
+    with RawConnection(broker.bootstrap, timeout=10) as conn:
+        resp = conn.request(_produce("steady", bytes(batch)), 9)
+    assert resp.responses[0].partition_responses[0].error_code == ErrorCode.CORRUPT_MESSAGE
+
+
+# Each runs on its own new connection; _raw_exchange fails if the broker neither answers nor closes.
+BAD_INPUTS: dict[str, Callable[[BrokerProcess, int], None]] = {
+    "unknown_api_key": _bad_unknown_api_key,
+    "truncated_frame": _bad_truncated_frame,
+    "oversized_frame": _bad_oversized_frame,
+    "unsupported_version": _bad_unsupported_version,
+    "corrupt_crc": _bad_corrupt_crc,
+}
+
+
+@pytest.mark.parametrize("bad", list(BAD_INPUTS))
+async def test_other_connections_unaffected_while_bad_ones_arrive(broker_factory, bad):
+    """A connection opened before the bad input keeps working (Metadata, ApiVersions, Produce) after each
+    kind of bad input on another connection; nothing of the bad input is stored."""
+    broker = broker_factory(overrides={"socket.request.max.bytes": "1024"})
     async with ProtocolClient(*_addr(broker)) as c:
         assert await _create(c, "steady") == 0
-        for i in range(5):
-            await asyncio.to_thread(_raw_exchange, broker, encode_request(999, 0, i, "t", b"", False))
+        for i in range(3):
+            await asyncio.to_thread(BAD_INPUTS[bad], broker, i)
+            md = await c.request(MetadataRequest(version=12, topics=[
+                MetadataRequest.MetadataRequestTopic(version=12, topic_id=None, name="steady")],
+                allow_auto_topic_creation=False, include_topic_authorized_operations=False), 12)
+            assert [(t.name, t.error_code, len(t.partitions)) for t in md.topics] == [("steady", 0, 1)]
+            versions = await c.request(ApiVersionsRequest(version=3, client_software_name="t",
+                                                          client_software_version="1"), 3)
+            assert versions.error_code == 0 and any(k.api_key == 3 for k in versions.api_keys)
             resp = await c.request(_produce("steady", build_batch([(b"k", b"%d" % i)])), 9)
             assert resp.responses[0].partition_responses[0].error_code == 0
-        assert await _latest_offset(c, "steady") == 5
+        assert await _latest_offset(c, "steady") == 3
+    assert broker.running

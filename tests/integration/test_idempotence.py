@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
-from kafka.protocol.admin import CreateTopicsRequest
+from kafka.protocol.admin import CreateTopicsRequest, DescribeProducersRequest
 from kafka.protocol.consumer import ListOffsetsRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
@@ -44,12 +46,23 @@ async def _end(c: ProtocolClient, topic: str) -> int:
     return resp.topics[0].partitions[0].offset
 
 
-async def _create(c: ProtocolClient, name: str) -> None:
+async def _create(c: ProtocolClient, name: str, configs: dict[str, str] | None = None) -> None:
     T = CreateTopicsRequest.CreatableTopic
+    cfgs = [T.CreatableTopicConfig(version=7, name=k, value=v) for k, v in (configs or {}).items()]
     resp = await c.request(CreateTopicsRequest(version=7, topics=[T(version=7, name=name, num_partitions=1,
-                                                                    replication_factor=-1, assignments=[], configs=[])],
+                                                                    replication_factor=-1, assignments=[],
+                                                                    configs=cfgs)],
                                                timeout_ms=5000, validate_only=False), 7)
     assert resp.topics[0].error_code == 0
+
+
+async def _producers(c: ProtocolClient, topic: str) -> dict[int, tuple[int, int]]:
+    """DescribeProducers (API 61) of partition 0: producer id -> (epoch, last sequence)."""
+    R = DescribeProducersRequest
+    resp = await c.request(R(version=0, topics=[R.TopicRequest(version=0, name=topic, partition_indexes=[0])]), 0)
+    part = resp.topics[0].partitions[0]
+    assert part.error_code == 0
+    return {p.producer_id: (p.producer_epoch, p.last_sequence) for p in part.active_producers}
 
 
 async def test_duplicates_of_last_five_batches_return_original_offsets(broker):
@@ -97,6 +110,86 @@ async def test_duplicate_recognised_after_restart(broker, kill):
         assert await _send(c, "restart", pid, epoch, seq=4) == (0, 4)
         assert await _end(c, "restart") == end
         assert await _send(c, "restart", pid, epoch, seq=6) == (0, 6)
+
+
+@pytest.mark.parametrize("kill", [False, True], ids=["sigterm", "kill9"])
+async def test_duplicate_recognised_after_snapshots_deleted(broker, kill):
+    """Without any producer snapshot the state is rebuilt by replaying the whole log (Kafka: no snapshot
+    -> reload from the log start offset), so de-duplication still works after a restart."""
+    # Small segments: the log rolls every couple of batches, and every roll writes a snapshot.
+    async with ProtocolClient(*_addr(broker)) as c:
+        await _create(c, "nosnap", {"segment.bytes": "256"})
+        pid, epoch = await _init_pid(c)
+        for i in range(8):
+            assert await _send(c, "nosnap", pid, epoch, seq=2 * i) == (0, 2 * i)
+        end = await _end(c, "nosnap")
+        assert end == 16
+    part_dir = broker.data_dir / "nosnap-0"
+    if kill:
+        broker.kill()
+    else:
+        assert broker.stop() == 0
+    snapshots = sorted(p.name for p in part_dir.glob("*.snapshot"))
+    segments = sorted(p.name for p in part_dir.glob("*.log"))
+    assert len(segments) > 1, segments  # the log did roll
+    # Every roll wrote one at the new segment's base offset; a clean shutdown also one at the log end.
+    expected = {f"{int(name[:-4]):020d}.snapshot" for name in segments[1:]}
+    if not kill:
+        expected.add(f"{end:020d}.snapshot")
+    assert expected <= set(snapshots), snapshots
+    for name in snapshots:
+        (part_dir / name).unlink()
+    assert not list(part_dir.glob("*.snapshot"))
+    broker.start()
+    async with ProtocolClient(*_addr(broker)) as c:
+        assert await _end(c, "nosnap") == end
+        assert (await _producers(c, "nosnap"))[pid] == (epoch, 15)
+        # The last batch again: a duplicate, answered with its original offset, nothing written.
+        assert await _send(c, "nosnap", pid, epoch, seq=14) == (0, 14)
+        # So is any of the last five (all rebuilt from the log, not just the newest).
+        assert await _send(c, "nosnap", pid, epoch, seq=6) == (0, 6)
+        assert await _end(c, "nosnap") == end
+        # Older than the cached five: out of order; a fresh (stateless) producer would have been accepted.
+        assert (await _send(c, "nosnap", pid, epoch, seq=4))[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert await _end(c, "nosnap") == end
+        # The next batch in sequence is accepted.
+        assert await _send(c, "nosnap", pid, epoch, seq=16) == (0, end)
+        assert await _end(c, "nosnap") == end + 2
+
+
+async def test_producer_state_expires_and_unknown_producer_may_continue(broker_factory):
+    """producer.id.expiration.ms end to end. After expiry the partition has no state for the producer, and
+    Kafka (ProducerAppendInfo.checkSequence, KIP-360 / 2.5+) accepts any sequence from a producer whose
+    epoch it does not know, so the producer's next batch is appended as a new write."""
+    broker = broker_factory({"producer.id.expiration.ms": "4000",
+                             "producer.id.expiration.check.interval.ms": "200"})
+    async with ProtocolClient(*_addr(broker)) as c:
+        await _create(c, "expire")
+        pid, epoch = await _init_pid(c)
+        other, other_epoch = await _init_pid(c)
+        assert await _send(c, "expire", pid, epoch, seq=0) == (0, 0)
+        assert await _send(c, "expire", pid, epoch, seq=2) == (0, 2)
+        assert (await _producers(c, "expire"))[pid] == (epoch, 3)
+        # Bounded wait for the expiration check to forget it.
+        for _ in range(600):
+            producers = await _producers(c, "expire")
+            if pid not in producers:
+                break
+            await asyncio.sleep(0.1)
+        assert pid not in producers, producers
+        assert await _end(c, "expire") == 4
+        # The next sequence (4) from a producer the partition no longer knows: accepted, appended.
+        assert await _send(c, "expire", pid, epoch, seq=4) == (0, 4)
+        assert await _end(c, "expire") == 6
+        assert (await _producers(c, "expire"))[pid] == (epoch, 5)
+        # State is tracked again from there: a retry is a duplicate, a gap is out of order.
+        assert await _send(c, "expire", pid, epoch, seq=4) == (0, 4)
+        assert (await _send(c, "expire", pid, epoch, seq=9))[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert await _send(c, "expire", pid, epoch, seq=6) == (0, 6)
+        # Any first sequence is accepted from an unknown producer, not just 0.
+        assert await _send(c, "expire", other, other_epoch, seq=42) == (0, 8)
+        assert (await _producers(c, "expire"))[other] == (other_epoch, 43)
+        assert await _end(c, "expire") == 10
 
 
 async def test_producer_ids_unique_across_restarts(broker):

@@ -423,12 +423,22 @@ async def test_transactional_produce_to_partition_not_in_transaction(broker):
 
 # --- CONCURRENT_TRANSACTIONS while a commit completes -------------------------------------------------
 
+# How long the coordinator holds a prepared transaction before its markers (KBROKER_DELAY_POINT): far
+# longer than handling one pipelined request, even on a loaded machine.
+MARKER_DELAY_MS = 3000
 
-async def test_init_producer_id_while_commit_completes(broker):
-    """A second InitProducerId right behind EndTxn(commit): CONCURRENT_TRANSACTIONS while the commit
-    completes (PrepareCommit), then the epoch bump; the commit is not turned into an abort. EndTxn and the
-    first InitProducerId are pipelined on one connection, so the broker handles them in that order. (The
-    deterministic form, with markers held back, is in tests/unit/test_txn_coordinator.py.)"""
+
+async def test_init_producer_id_while_commit_completes(broker_factory):
+    """InitProducerId while a commit completes (PrepareCommit): CONCURRENT_TRANSACTIONS, then, once the
+    markers are written, the epoch bump; the commit is not turned into an abort.
+
+    Deterministic: the broker runs with ``KBROKER_DELAY_POINT=txn.before_markers:<ms>``
+    (coordinator/txn_coordinator.py), which holds the prepared transaction before its markers, so the
+    InitProducerId pipelined right behind EndTxn on the same connection lands in PrepareCommit. Kafka answers it with CONCURRENT_TRANSACTIONS (TransactionCoordinator
+    handleInitProducerId: a PrepareCommit/PrepareAbort state is retriable)."""
+    broker = broker_factory(start=False)
+    broker.env = {"KBROKER_DELAY_POINT": f"txn.before_markers:{MARKER_DELAY_MS}"}
+    broker.start()
     host, port = _addr(broker)
     async with ProtocolClient(host, port) as c:
         await create_topic(c, "race", 4)
@@ -437,39 +447,53 @@ async def test_init_producer_id_while_commit_completes(broker):
             ("race", p): 0 for p in range(4)}
         for p in range(4):
             assert (await produce(c, "race", p, [b"r%d" % p], pid=pid, epoch=epoch, seq=0, tid="t-race"))[0] == 0
-        end_code, first = await asyncio.gather(end_txn(c, "t-race", pid, epoch, True), init_pid(c, "t-race"))
+        # Pipelined on one connection: the broker applies and answers them in this order, all while the
+        # commit is held in PrepareCommit.
+        end_code, first, d, lso = await asyncio.gather(
+            end_txn(c, "t-race", pid, epoch, True), init_pid(c, "t-race"), describe(c, "t-race"),
+            list_offset(c, "race", 0, committed=True))
         assert end_code == 0
+        assert first == (E.CONCURRENT_TRANSACTIONS, -1, -1)
+        assert (d["state"], d["epoch"]) == ("PrepareCommit", epoch)
+        assert lso == 0  # no marker yet: the record is still above the LSO
         answers = [first]
         while answers[-1][0] == E.CONCURRENT_TRANSACTIONS:
-            assert len(answers) < 300
-            await asyncio.sleep(0.01)
+            assert len(answers) < 1000, "InitProducerId kept answering CONCURRENT_TRANSACTIONS"
+            await asyncio.sleep(0.02)
             answers.append(await init_pid(c, "t-race"))
+        assert len(answers) > 1
         assert answers[-1] == (0, pid, epoch + 1)
         assert all(a == (E.CONCURRENT_TRANSACTIONS, -1, -1) for a in answers[:-1])
+        d = await describe(c, "t-race")
+        assert (d["state"], d["pid"], d["epoch"], d["partitions"]) == ("Empty", pid, epoch + 1, set())
         for p in range(4):  # committed, not aborted by the new instance
             f = await fetch(c, "race", p)
             assert f.aborted_transactions == []
             assert [r.value for h, recs in batches_of(f.records) if not h.is_control for r in recs] == [b"r%d" % p]
             assert [h.is_control for h, _ in batches_of(f.records)] == [False, True]
+            assert await list_offset(c, "race", p, committed=True) == 2
+    assert f"fault injection: delaying txn.before_markers by {MARKER_DELAY_MS} ms" in broker.log_text()
 
 
 # --- TxnOffsetCommit ----------------------------------------------------------------------------------
 
 
-async def _group_coordinator_available(c: ProtocolClient) -> bool:
-    for _ in range(100):
-        resp = await c.request(FindCoordinatorRequest(version=3, key="g-probe", key_type=0), 3)
-        if resp.error_code == 0:
-            return True
+async def _await_group_coordinator(c: ProtocolClient, group: str) -> None:
+    """FindCoordinator(GROUP) until it answers: the first lookup creates and loads __consumer_offsets, so
+    COORDINATOR_NOT_AVAILABLE is retried (bounded); any other outcome fails the test. The group
+    coordinator is part of kbroker, so it missing is a regression, never a reason to skip."""
+    for _ in range(300):
+        resp = await c.request(FindCoordinatorRequest(version=3, key=group, key_type=0), 3)
+        if resp.error_code != E.COORDINATOR_NOT_AVAILABLE:
+            break
         await asyncio.sleep(0.05)
-    return False
+    assert resp.error_code == 0, f"FindCoordinator(GROUP) answered {E(resp.error_code).name}: {resp.error_message}"
 
 
 @pytest.mark.parametrize(("version", "code"), [(2, E.INVALID_PRODUCER_EPOCH), (3, E.PRODUCER_FENCED)])
 async def test_txn_offset_commit_with_stale_epoch(broker, version, code):
     async with ProtocolClient(*_addr(broker)) as c:
-        if not await _group_coordinator_available(c):
-            pytest.skip("group coordinator not available in this build")
+        await _await_group_coordinator(c, "g-toc")
         await create_topic(c, "toc")
         pid, old = await init_ok(c, "t-toc")
         _, new = await init_ok(c, "t-toc")
@@ -523,8 +547,7 @@ async def _offset_fetch(c: ProtocolClient, group: str, topic: str, stable: bool 
 
 async def test_txn_offset_commit_member_checks_and_pending_offsets(broker):
     async with ProtocolClient(*_addr(broker)) as c:
-        if not await _group_coordinator_available(c):
-            pytest.skip("group coordinator not available in this build")
+        await _await_group_coordinator(c, "g-tog")
         await create_topic(c, "tog")
         member, generation = await _join(c, "g-tog")
         pid, epoch = await init_ok(c, "t-tog")

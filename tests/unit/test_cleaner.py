@@ -5,10 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 
 from storage import batch as rb
 from storage import cleaner as cl
+from storage import log as log_mod
+from storage import log_config as log_config_mod
+from storage import producer_state as ps_mod
 
 NOW = 1_000_000
 RETENTION = 86_400_000
@@ -352,9 +357,6 @@ if __name__ == "__main__":
 
 # --- integration with storage.log.Log ----------------------------------------------------------------
 
-log_mod = pytest.importorskip("storage.log")
-log_config_mod = pytest.importorskip("storage.log_config")
-
 
 def _open(tmp_path: Path, **cfg: object):  # noqa: ANN202
     config = log_config_mod.LogConfig(
@@ -608,9 +610,6 @@ def test_segment_deleted_after_snapshot_abandons_round(tmp_path: Path) -> None:
 
 # --- property: compaction keeps exactly the latest record per key ---------------------------------------
 
-hypothesis = pytest.importorskip("hypothesis")
-st = hypothesis.strategies
-
 
 @hypothesis.settings(max_examples=60, deadline=None)
 @hypothesis.given(
@@ -650,7 +649,6 @@ def test_property_latest_per_key(batches_spec: list, codec: int) -> None:
 
 
 def test_producer_state_decides_retained_empty_batches(tmp_path: Path) -> None:
-    ps_mod = pytest.importorskip("storage.producer_state")
     d = tmp_path / "topic-0"
     ps = ps_mod.ProducerStateManager(d, producer_id_expiration_ms=1000)
     config = log_config_mod.LogConfig(cleanup_policy="compact", delete_retention_ms=RETENTION)
@@ -686,7 +684,6 @@ def test_producer_state_decides_retained_empty_batches(tmp_path: Path) -> None:
 
 
 def test_open_transaction_bounds_cleaning_without_explicit_lso(tmp_path: Path) -> None:
-    ps_mod = pytest.importorskip("storage.producer_state")
     d = tmp_path / "topic-0"
     ps = ps_mod.ProducerStateManager(d)
     config = log_config_mod.LogConfig(cleanup_policy="compact")

@@ -10,6 +10,7 @@ import pytest
 
 from storage import batch as rb
 from storage import dump
+from storage import producer_state as ps
 
 SEG = "00000000000000000000"
 
@@ -245,7 +246,6 @@ def test_main_cli(partition: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_snapshot_uses_producer_state_reader(tmp_path: Path) -> None:
-    ps = pytest.importorskip("storage.producer_state")
     entry = ps.ProducerStateEntry(7, producer_epoch=2, coordinator_epoch=4, last_timestamp=1234)
     entry.add_batch(2, 9, 105, 4, 1234)  # seqs 5..9 at offsets 101..105
     other = ps.ProducerStateEntry(
@@ -265,7 +265,6 @@ def test_snapshot_uses_producer_state_reader(tmp_path: Path) -> None:
 
 
 def test_corrupt_snapshot_reported(tmp_path: Path) -> None:
-    pytest.importorskip("storage.producer_state")
     snap = tmp_path / "00000000000000000001.snapshot"
     snap.write_bytes(b"\x00\x01garbage")
     lines = _dump(snap)
