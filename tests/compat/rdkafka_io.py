@@ -1,7 +1,7 @@
 """confluent-kafka (librdkafka) produce and assign-consume helpers shared by the compat tests.
 
-Other clients' tests use :func:`consume_all` to read back what they produced with an independent
-client, and the fetch wake-up test reuses :func:`produce`.
+The confluent-kafka scenario consumes with :func:`consume_all`; the chaos tests use it to read back,
+with a real consumer, what a producer wrote under faults; the fetch wake-up test reuses :func:`produce`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def produce(bootstrap: str, topic: str, records: Iterable[Record], *, extra: dic
 
 
 def consume_all(bootstrap: str, topic: str, partitions: int, expected: int, *,
-                extra: dict | None = None) -> list[Consumed]:
+                extra: dict | None = None, timeout: float = TIMEOUT) -> list[Consumed]:
     """Assign every partition from offset 0 and read until ``expected`` records and EOF everywhere."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "compat-unused", "enable.auto.commit": False,
                   "enable.partition.eof": True, **(extra or {})})
@@ -48,7 +48,7 @@ def consume_all(bootstrap: str, topic: str, partitions: int, expected: int, *,
     try:
         c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         eof: set[int] = set()
-        deadline = time.monotonic() + TIMEOUT
+        deadline = time.monotonic() + timeout
         while (len(out) < expected or len(eof) < partitions) and time.monotonic() < deadline:
             for msg in c.consume(num_messages=1000, timeout=0.5):
                 if msg.error() is not None:

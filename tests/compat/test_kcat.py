@@ -1,7 +1,8 @@
 """Compatibility scenario with kcat (librdkafka 2.0 as Debian ships it): produce, consume, query, metadata.
 
 kcat has no admin commands: the topic is auto-created by the first produce (num.partitions=3 on this
-broker), and the confluent-kafka AdminClient reads its config and deletes it.
+broker), and the confluent-kafka AdminClient reads its config and deletes it. Without kcat on PATH
+the test is skipped locally and fails in CI (tests.helpers.tools.require_tool).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from tests.compat.scenario import (
@@ -26,9 +26,9 @@ from tests.compat.scenario import (
     max_timestamp,
     offsets_for_time,
 )
+from tests.helpers.tools import require_tool
 
 KCAT = shutil.which("kcat")
-pytestmark = pytest.mark.skipif(KCAT is None, reason="kcat is not installed (apt-get install kcat)")
 
 TOPIC = "compat-kcat"
 TIMEOUT = 60
@@ -56,6 +56,7 @@ def parse_headers(text: str) -> tuple[tuple[str, bytes], ...]:
 
 
 def test_kcat_scenario(broker_factory, tmp_path):
+    require_tool("kcat", KCAT is not None, "kcat not on PATH (apt-get install kcat, or `make tools` as root)")
     broker = broker_factory({"num.partitions": str(PARTITIONS)})
     bs = broker.bootstrap
     records = [dataclasses.replace(r, headers=HEADERS) for r in make_records("kcat", with_headers=False)]

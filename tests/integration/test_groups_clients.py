@@ -1,8 +1,11 @@
 """Consumer groups through stock clients against a real broker (issue 6, acceptance 1-3).
 
-Three members per client library share a 6-partition topic: every partition is owned by exactly
-one member once the group settles, a fourth-member join and a leave each trigger a rebalance that
-settles within seconds, and members never own the same partition at the same time. A member
+Three members per client library (confluent-kafka with each assignor, kafka-python, aiokafka) share
+a 6-partition topic and run the same scenario (:func:`three_members_join_and_leave`): every
+partition is owned by exactly one member once the group settles, a fourth member's join and then a
+member's leave each trigger a rebalance that settles within seconds with every partition owned
+exactly once, and at no point — checked after every poll and every rebalance callback — do two
+members own the same partition. A member
 killed with SIGKILL is evicted after its session timeout; a static member restarted within the
 session timeout gets its partitions back without a rebalance; committed offsets survive a broker
 kill -9; a stale generation is rejected with ILLEGAL_GENERATION.
@@ -11,6 +14,7 @@ kill -9; a stale generation is rejected with ILLEGAL_GENERATION.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import queue
@@ -21,7 +25,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -35,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 6
 SESSION_MS = 6000
 SETTLE_S = 30  # upper bound for any wait; a settled group is normally reached in ~1-4 s
+REBALANCE_S = 20  # bound for the rebalance after a join or a leave to settle (normally 1-4 s)
 OVERRIDES = {"offsets.topic.num.partitions": "3", "group.initial.rebalance.delay.ms": "0"}
 _ids = itertools.count()
 
@@ -65,6 +70,65 @@ def assert_exact_cover(assignments: list[set[int]], partitions: int = PARTITIONS
 
 def covered(assignments: list[set[int]], n: int = PARTITIONS) -> bool:
     return sum(len(a) for a in assignments) == n and set().union(*assignments) == set(range(n))
+
+
+def assert_no_overlap(assignments: list[set[int]]) -> None:
+    assert sum(len(a) for a in assignments) == len(set().union(*assignments)), f"overlap: {assignments}"
+
+
+# --- the scenario every client library runs -----------------------------------------------------------
+
+
+class Group(Protocol):
+    """The members of one consumer group, run by one client library."""
+
+    def add(self) -> None:
+        """Start one more member (subscribed to the topic)."""
+
+    def leave(self, index: int) -> None:
+        """Close member ``index`` cleanly (it sends LeaveGroup)."""
+
+    def owned(self) -> list[set[int]]:
+        """What each live member owns right now, in join order."""
+
+    def step(self) -> None:
+        """Let the members run a little; fails if two members ever owned the same partition meanwhile."""
+
+    def close(self) -> None:
+        """Close every member still running."""
+
+
+def settle(group: Group, cond: Callable[[list[set[int]]], bool], what: str, timeout: float = SETTLE_S) -> None:
+    """Drive the group until ``cond(owned)``, checking after every step that no partition is owned twice."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        group.step()
+        owned = group.owned()
+        assert_no_overlap(owned)
+        if cond(owned):
+            return
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}: {group.owned()}")
+
+
+def three_members_join_and_leave(group: Group, after_settle: Callable[[], None] = lambda: None) -> None:
+    """3 members settle on 2 partitions each; a 4th joins; the first (the leader) leaves."""
+    try:
+        for _ in range(3):
+            group.add()
+        settle(group, lambda o: covered(o) and all(len(a) == 2 for a in o), "three members with two partitions each")
+        assert_exact_cover(group.owned())
+        after_settle()
+        # A fourth member joins: a rebalance gives it partitions, every partition still owned exactly once.
+        group.add()
+        settle(group, lambda o: len(o) == 4 and covered(o) and all(o), "rebalance after a fourth member joined",
+               REBALANCE_S)
+        assert_exact_cover(group.owned())
+        # One member leaves: the other three take over its partitions.
+        group.leave(0)
+        settle(group, lambda o: len(o) == 3 and covered(o) and all(o), "rebalance after a member left", REBALANCE_S)
+        assert_exact_cover(group.owned())
+    finally:
+        group.close()
 
 
 # --- confluent-kafka --------------------------------------------------------------------------------
@@ -99,17 +163,36 @@ class RdMember:
         assert m is None or not m.error() or m.error().code() < 0, m.error() if m else None
 
 
-def poll_until(members: list[RdMember], cond: Callable[[], bool], what: str, timeout: float = SETTLE_S) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for m in members:
+class RdGroup:
+    """confluent-kafka members polled in turn from the test's thread; overlap is checked after every poll."""
+
+    def __init__(self, members: list[RdMember], new_member: Callable[[], RdMember] | None = None) -> None:
+        self.members = members
+        self._new_member = new_member
+
+    def add(self) -> None:
+        assert self._new_member is not None
+        self.members.append(self._new_member())
+
+    def leave(self, index: int) -> None:
+        self.members.pop(index).c.close()
+
+    def owned(self) -> list[set[int]]:
+        return [m.owned for m in self.members]
+
+    def step(self) -> None:
+        for m in self.members:
             m.poll()
             # Invariant at every step: nobody owns a partition another member owns.
-            owned = [x.owned for x in members]
-            assert sum(len(o) for o in owned) == len(set().union(*owned)), f"overlap: {owned}"
-        if cond():
-            return
-    raise AssertionError(f"timed out waiting for {what}: {[m.owned for m in members]}")
+            assert_no_overlap(self.owned())
+
+    def close(self) -> None:
+        while self.members:
+            self.leave(0)
+
+
+def poll_until(members: list[RdMember], cond: Callable[[], bool], what: str, timeout: float = SETTLE_S) -> None:
+    settle(RdGroup(members), lambda _owned: cond(), what, timeout)
 
 
 @pytest.mark.parametrize("strategy", ["range", "roundrobin", "cooperative-sticky"])
@@ -118,26 +201,83 @@ def test_confluent_kafka_three_members(broker_factory, strategy: str) -> None:
     topic, group = unique("t"), unique("g")
     create_topic(broker.bootstrap, topic)
     produce(broker.bootstrap, topic)
-    members = [RdMember(broker.bootstrap, group, topic, strategy) for _ in range(3)]
-    try:
-        poll_until(members, lambda: covered([m.owned for m in members]) and all(len(m.owned) == 2 for m in members),
-                   "three members with two partitions each")
-        assert_exact_cover([m.owned for m in members])
-        # A fourth member joins: every partition still owned exactly once, the newcomer gets some.
-        members.append(RdMember(broker.bootstrap, group, topic, strategy))
-        poll_until(members, lambda: covered([m.owned for m in members]) and len(members[-1].owned) >= 1,
-                   "rebalance after a join")
-        # One member leaves: the others take over its partitions.
-        t0 = time.monotonic()
-        leaving = members.pop(0)
-        leaving.c.close()
-        poll_until(members, lambda: covered([m.owned for m in members]) and all(m.owned for m in members),
-                   "rebalance after a leave")
-        assert time.monotonic() - t0 < 15
-        assert_exact_cover([m.owned for m in members])
-    finally:
-        for m in members:
-            m.c.close()
+    three_members_join_and_leave(RdGroup([], lambda: RdMember(broker.bootstrap, group, topic, strategy)))
+
+
+# --- members polled in the background: kafka-python, aiokafka -----------------------------------------
+
+
+class Ownership:
+    """What each member owns according to its own rebalance listener, for members polled on other threads.
+
+    Every assignment is checked, under one lock, against what the other members own at that moment
+    (an eager member reports its revocation before it rejoins, so a correct group never overlaps).
+    Violations are recorded, not raised: the clients catch exceptions from listeners.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._owned: dict[int, set[int]] = {}
+        self.overlaps: list[str] = []
+
+    def assigned(self, member: int, parts: set[int]) -> None:
+        with self._lock:
+            others = {m: o & parts for m, o in self._owned.items() if m != member and o & parts}
+            if others:
+                self.overlaps.append(f"member {member} was assigned {sorted(parts)} while {others} owned them")
+            self._owned.setdefault(member, set()).update(parts)
+
+    def revoked(self, member: int, parts: set[int]) -> None:
+        with self._lock:
+            self._owned.setdefault(member, set()).difference_update(parts)
+
+    def released(self, member: int) -> None:
+        """The member stopped consuming for good (about to close and leave the group)."""
+        with self._lock:
+            self._owned.pop(member, None)
+
+    def snapshot(self, members: list[int]) -> list[set[int]]:
+        with self._lock:
+            assert not self.overlaps, "\n".join(self.overlaps)
+            return [set(self._owned.get(m, ())) for m in members]
+
+    def listener(self, base: type, member: int) -> Any:
+        """A ConsumerRebalanceListener (of the client library's ``base`` class) reporting to this registry."""
+        ownership = self
+
+        class Listener(base):  # type: ignore[misc, valid-type]
+            def on_partitions_revoked(self, revoked: Any) -> None:
+                ownership.revoked(member, {tp.partition for tp in revoked})
+
+            def on_partitions_assigned(self, assigned: Any) -> None:
+                ownership.assigned(member, {tp.partition for tp in assigned})
+
+        return Listener()
+
+
+class BackgroundGroup:
+    """Members that poll themselves (a thread or a task each) and report ownership through a listener."""
+
+    def __init__(self) -> None:
+        self.ownership = Ownership()
+        self.members: list[Any] = []  # each has .member_id and .check() (raises if its poll loop failed)
+        self._ids = itertools.count()
+
+    def owned(self) -> list[set[int]]:
+        for m in self.members:
+            m.check()
+        return self.ownership.snapshot([m.member_id for m in self.members])
+
+    def step(self) -> None:
+        time.sleep(0.02)
+        self.owned()  # asserts no assignment so far overlapped another member's
+
+    def close(self) -> None:
+        while self.members:
+            self.leave(0)
+
+    def leave(self, index: int) -> None:
+        raise NotImplementedError
 
 
 # --- kafka-python -------------------------------------------------------------------------------------
@@ -157,9 +297,11 @@ class KpMember:
     """A kafka-python consumer owned by one thread that polls it continuously; other calls run on
     that thread too (a KafkaConsumer is not meant to be shared between threads)."""
 
-    def __init__(self, consumer: Any) -> None:
+    def __init__(self, consumer: Any, member_id: int, on_stop: Callable[[], None]) -> None:
         self.c = consumer
+        self.member_id = member_id
         self.error: BaseException | None = None
+        self._on_stop = on_stop
         self._calls: queue.Queue[tuple[Callable[[Any], Any], Future[Any]]] = queue.Queue()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -175,9 +317,10 @@ class KpMember:
                         fut.set_result(fn(self.c))
                     except BaseException as e:  # handed to the caller
                         fut.set_exception(e)
-        except BaseException as e:  # reported by owned()
+        except BaseException as e:  # reported by check()
             self.error = e
         finally:
+            self._on_stop()  # no longer consuming: its partitions are free before LeaveGroup goes out
             self.c.close()
 
     def call(self, fn: Callable[[Any], Any]) -> Any:
@@ -185,104 +328,127 @@ class KpMember:
         self._calls.put((fn, fut))
         return fut.result(SETTLE_S)
 
-    def owned(self) -> set[int]:
+    def check(self) -> None:
         if self.error is not None:
             raise AssertionError(f"poll loop failed: {self.error!r}") from self.error
-        return {tp.partition for tp in self.c.assignment()}
 
     def stop(self) -> None:
         self._stop.set()
-
-    def join(self) -> None:
         self._thread.join(SETTLE_S)
         assert not self._thread.is_alive(), "consumer thread did not stop"
 
 
-def test_kafka_python_three_members(broker_factory) -> None:
-    from kafka import KafkaConsumer
+class KpGroup(BackgroundGroup):
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        super().__init__()
+        self.bootstrap, self.group, self.topic = bootstrap, group, topic
 
+    def add(self) -> None:
+        from kafka import ConsumerRebalanceListener, KafkaConsumer
+
+        member_id = next(self._ids)
+        c = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=self.group, auto_offset_reset="earliest",
+                          session_timeout_ms=SESSION_MS, heartbeat_interval_ms=300, enable_auto_commit=False,
+                          max_poll_interval_ms=SESSION_MS * 5)
+        c.subscribe([self.topic], listener=self.ownership.listener(ConsumerRebalanceListener, member_id))
+        self.members.append(KpMember(c, member_id, lambda: self.ownership.released(member_id)))
+
+    def leave(self, index: int) -> None:
+        self.members.pop(index).stop()
+
+
+def test_kafka_python_three_members(broker_factory) -> None:
     broker = broker_factory(OVERRIDES)
     topic, group = unique("t"), unique("g")
     create_topic(broker.bootstrap, topic)
     produce(broker.bootstrap, topic)
-
-    def member() -> KpMember:
-        c = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=group, auto_offset_reset="earliest",
-                          session_timeout_ms=SESSION_MS, heartbeat_interval_ms=300, enable_auto_commit=False,
-                          max_poll_interval_ms=SESSION_MS * 5)
-        c.subscribe([topic])
-        return KpMember(c)
-
-    def wait(ms: list[KpMember], cond: Callable[[list[set[int]]], bool], what: str) -> None:
-        deadline = time.monotonic() + SETTLE_S
-        while time.monotonic() < deadline:
-            if cond([m.owned() for m in ms]):
-                return
-            time.sleep(0.02)
-        raise AssertionError(f"timed out waiting for {what}: {[m.owned() for m in ms]}")
-
-    members = [member() for _ in range(3)]
-    try:
-        wait(members, lambda o: covered(o) and all(len(a) == 2 for a in o), "3 x 2 partitions")
-        assert_exact_cover([m.owned() for m in members])
-        members[0].call(lambda c: c.commit())
-        leaving = members.pop()
-        leaving.stop()
-        leaving.join()
-        wait(members, lambda o: covered(o) and all(o), "rebalance after a leave")
-        assert_exact_cover([m.owned() for m in members])
-    finally:
-        for m in members:
-            m.stop()
-        for m in members:
-            m.join()
+    kp = KpGroup(broker.bootstrap, group, topic)
+    three_members_join_and_leave(kp, after_settle=lambda: kp.members[0].call(lambda c: c.commit()))
 
 
 # --- aiokafka -----------------------------------------------------------------------------------------
 
 
-def test_aiokafka_three_members(broker_factory) -> None:
-    from aiokafka import AIOKafkaConsumer
+class AioMember:
+    def __init__(self, consumer: Any, member_id: int) -> None:
+        self.c = consumer
+        self.member_id = member_id
+        self.error: BaseException | None = None
+        self.task: asyncio.Task[None] | None = None
 
+    async def poll_forever(self) -> None:
+        try:
+            while True:
+                await self.c.getmany(timeout_ms=200)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:  # reported by check()
+            self.error = e
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise AssertionError(f"poll loop failed: {self.error!r}") from self.error
+
+
+class AioGroup(BackgroundGroup):
+    """aiokafka members on one event loop in a background thread, each with a task calling getmany()."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        super().__init__()
+        self.bootstrap, self.group, self.topic = bootstrap, group, topic
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(SETTLE_S)
+
+    def add(self) -> None:
+        from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+
+        member_id = next(self._ids)
+
+        async def start() -> AioMember:
+            c = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=self.group,
+                                 auto_offset_reset="earliest", session_timeout_ms=SESSION_MS,
+                                 heartbeat_interval_ms=300, enable_auto_commit=False)
+            c.subscribe([self.topic], listener=self.ownership.listener(ConsumerRebalanceListener, member_id))
+            await c.start()
+            m = AioMember(c, member_id)
+            m.task = asyncio.create_task(m.poll_forever())
+            return m
+
+        self.members.append(self.run(start()))
+
+    def leave(self, index: int) -> None:
+        m = self.members.pop(index)
+
+        async def stop() -> None:
+            assert m.task is not None
+            m.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await m.task
+            self.ownership.released(m.member_id)  # no longer consuming, before LeaveGroup goes out
+            await m.c.stop()
+
+        self.run(stop())
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(SETTLE_S)
+            self.loop.close()
+
+
+def test_aiokafka_three_members(broker_factory) -> None:
     broker = broker_factory(OVERRIDES)
     topic, group = unique("t"), unique("g")
     create_topic(broker.bootstrap, topic)
     produce(broker.bootstrap, topic)
-
-    async def scenario() -> None:
-        async def member() -> AIOKafkaConsumer:
-            c = AIOKafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id=group,
-                                 auto_offset_reset="earliest", session_timeout_ms=SESSION_MS,
-                                 heartbeat_interval_ms=300, enable_auto_commit=False)
-            await c.start()
-            return c
-
-        def owned(cs: list[AIOKafkaConsumer]) -> list[set[int]]:
-            return [{tp.partition for tp in c.assignment()} for c in cs]
-
-        async def wait(cs: list[AIOKafkaConsumer], cond: Callable[[list[set[int]]], bool], what: str) -> None:
-            deadline = time.monotonic() + SETTLE_S
-            while time.monotonic() < deadline:
-                for c in cs:
-                    await c.getmany(timeout_ms=20)
-                if cond(owned(cs)):
-                    return
-            raise AssertionError(f"timed out waiting for {what}: {owned(cs)}")
-
-        consumers = [await member() for _ in range(3)]
-        try:
-            await wait(consumers, lambda o: covered(o) and all(len(a) == 2 for a in o), "3 x 2 partitions")
-            assert_exact_cover(owned(consumers))
-            await consumers[1].commit()
-            leaving = consumers.pop(0)
-            await leaving.stop()
-            await wait(consumers, lambda o: covered(o) and all(o), "rebalance after a leave")
-            assert_exact_cover(owned(consumers))
-        finally:
-            for c in consumers:
-                await c.stop()
-
-    asyncio.run(scenario())
+    aio = AioGroup(broker.bootstrap, group, topic)
+    three_members_join_and_leave(aio, after_settle=lambda: aio.run(aio.members[1].c.commit()))
 
 
 # --- crashes, static membership ----------------------------------------------------------------------

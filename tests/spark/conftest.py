@@ -1,29 +1,51 @@
 """Fixtures for the PySpark tests: one small local SparkSession for the whole run, with kbroker registered.
 
 The session is ``local[2,4]`` (2 threads, up to 4 attempts per task so task-retry tests retry),
-loopback-bound (SPARK_LOCAL_IP=127.0.0.1), 2 shuffle partitions, no UI. The whole directory is
-skipped when the ``spark`` extra (pyspark, pyarrow) is not installed, Spark tests also without Java.
+loopback-bound (SPARK_LOCAL_IP=127.0.0.1), 2 shuffle partitions, no UI. When the ``spark`` extra
+(pyspark, pyarrow) is not installed every module here is collected as one stand-in test instead of
+being imported, and tests needing a SparkSession also need Java: locally those are skipped, in CI
+(env CI set) they fail (tests.helpers.tools.require_tool).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.helpers.tools import MissingToolModule, require_tool
+
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-pytest.importorskip("pyspark")
-pytest.importorskip("pyarrow")
+
+
+def _importable(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+_MISSING = [m for m in ("pyspark", "pyarrow") if not _importable(m)]
+
+
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if not _MISSING:
+        return None
+    return MissingToolModule.from_parent(parent, path=module_path, tool=_MISSING[0],
+                                         why=f"{', '.join(_MISSING)} not installed (pip install -e '.[spark]')")
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     from spark_jobs.session import spark_session
 
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Spark needs Java 17+ (java not on PATH, JAVA_HOME unset)")
+    require_tool("java", shutil.which("java") is not None or bool(os.environ.get("JAVA_HOME")),
+                 "Spark needs Java 17+ (java not on PATH, JAVA_HOME unset)")
     session = spark_session("kbroker-tests", log_level="ERROR")
     yield session
     session.stop()
