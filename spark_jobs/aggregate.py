@@ -48,11 +48,12 @@ def totals(df: DataFrame, window: str, watermark: str) -> DataFrame:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = base_parser(__doc__.splitlines()[0])
-    p.add_argument("--input", default="payments")
-    p.add_argument("--output", default="totals")
-    p.add_argument("--window", default="1 minute")
-    p.add_argument("--watermark", default="10 minutes")
-    p.add_argument("--output-partitions", type=int, default=2)
+    p.add_argument("--input", default="payments", help="input topic (default %(default)s)")
+    p.add_argument("--output", default="totals", help="output topic, created compacted (default %(default)s)")
+    p.add_argument("--window", default="1 minute", help="tumbling event-time window (default %(default)s)")
+    p.add_argument("--watermark", default="10 minutes", help="event-time watermark delay (default %(default)s)")
+    p.add_argument("--output-partitions", type=int, default=2,
+                   help="partitions of the output topic when it is created (default %(default)s)")
     args = p.parse_args(argv)
     quiet_logging()
     kafka_io.ensure_topic(kafka_io.admin({"bootstrap.servers": args.bootstrap}), args.output,

@@ -25,6 +25,12 @@ from spark_jobs import kafka_io
 
 
 def broker_answers(bootstrap: str) -> bool:
+    # A plain TCP connect first: a Kafka client pointed at a closed port logs every reconnect attempt.
+    host, port = bootstrap.split(",")[0].strip().rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=2).close()
+    except OSError:
+        return False
     try:
         kafka_io.admin({"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 2000}).list_topics(
             timeout=3)
@@ -72,10 +78,11 @@ def committed_records(bootstrap: str, topic: str) -> list[bytes]:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--bootstrap", default="127.0.0.1:9092")
-    ap.add_argument("--records", type=int, default=1000)
-    ap.add_argument("--input", default="topic1")
-    ap.add_argument("--output", default="topic2")
+    ap.add_argument("--bootstrap", default="127.0.0.1:9092",
+                    help="kbroker to use; a temporary one is started if none answers there (default %(default)s)")
+    ap.add_argument("--records", type=int, default=1000, help="records to produce (default %(default)s)")
+    ap.add_argument("--input", default="topic1", help="input topic (default %(default)s)")
+    ap.add_argument("--output", default="topic2", help="output topic (default %(default)s)")
     args = ap.parse_args(argv)
 
     tmp = tempfile.TemporaryDirectory(prefix="kbroker-spark-demo-")
@@ -92,6 +99,7 @@ def main(argv: list[str] | None = None) -> None:
         adm = kafka_io.admin({"bootstrap.servers": bootstrap})
         kafka_io.ensure_topic(adm, args.input, partitions=2)
         kafka_io.ensure_topic(adm, args.output, partitions=2)
+        del adm  # no client may outlive a temporary broker: it would log the refused reconnects
         p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 10})
         stamp = time.strftime("%H:%M:%S")
         for i in range(args.records):

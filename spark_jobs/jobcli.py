@@ -15,7 +15,7 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 def base_parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("--bootstrap", default="127.0.0.1:9092", help="kbroker bootstrap servers")
+    p.add_argument("--bootstrap", default="127.0.0.1:9092", help="kbroker bootstrap servers (default %(default)s)")
     p.add_argument("--checkpoint", required=True, help="Spark checkpoint directory (offsets and state)")
     p.add_argument("--starting-offsets", default="earliest", help="earliest | latest | JSON (first run only)")
     p.add_argument("--max-offsets-per-trigger", type=int, default=None, help="offsets per micro-batch")
@@ -23,7 +23,7 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     mode.add_argument("--available-now", action="store_true",
                       help="process what is in the topic now (in several batches if limited), then exit")
     mode.add_argument("--trigger-seconds", type=float, default=None, help="micro-batch interval")
-    p.add_argument("--master", default=None, help="Spark master (default local[2,4]; ignored under spark-submit)")
+    p.add_argument("--master", default=None, help="Spark master (default local[2,4], or spark-submit's --master)")
     p.add_argument("--fail-task", default=None, metavar="BATCH:PARTITION:ROWS[:raise|kill]",
                    help="test hook: fail the first attempt of one sink task mid-batch")
     return p

@@ -7,6 +7,7 @@ except that records come out as ``pyarrow.RecordBatch`` in the Kafka source's sc
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Iterator, Mapping
@@ -18,6 +19,8 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 
 from .offsets import OffsetMap, TopicPartition
+
+log = logging.getLogger(__name__)
 
 # A group.id is mandatory for a librdkafka consumer even when it only assign()s and never commits,
 # as the source does; nothing is ever committed under this name.
@@ -44,6 +47,19 @@ _TS_TYPE = {0: -1, 1: 0, 2: 1}
 
 class DataLossError(RuntimeError):
     """Offsets the query needs are gone (retention, deleted topic) and failOnDataLoss is true."""
+
+
+DATA_LOSS_HINT = ("Some data may have been lost because it is no longer available in kbroker: it was deleted "
+                  "(retention, DeleteRecords) or its topic was deleted or re-created before the query read it. "
+                  "If you want the query to go on without it instead of failing, set the source option "
+                  "failOnDataLoss to false.")
+
+
+def report_data_loss(message: str, fail_on_data_loss: bool) -> None:
+    """What Spark's Kafka source does on possible data loss: raise (failOnDataLoss=true) or log a warning."""
+    if fail_on_data_loss:
+        raise DataLossError(f"data loss: {message}. {DATA_LOSS_HINT}")
+    log.warning("data loss: %s; skipped because failOnDataLoss is false", message)
 
 
 def client_config(options: Mapping[str, str]) -> dict[str, str]:
@@ -161,6 +177,11 @@ def read_range(conf: Mapping[str, str], topic: str, partition: int, start: int, 
     when a record at or past ``end - 1`` arrives, or when the consumer reports end-of-partition at
     or past ``end``. Each consume() call becomes one Arrow batch, built column-wise with list
     comprehensions (this loop is the source's per-record cost).
+
+    Offsets of the range that the partition no longer holds (deleted by retention or DeleteRecords,
+    or the topic deleted or re-created) raise :class:`DataLossError` when ``fail_on_data_loss``;
+    otherwise they are skipped as Spark's Kafka source skips them: reading resumes at the
+    partition's new log start, or the rest of the range is skipped when nothing of it is left.
     """
     if end <= start:
         return
@@ -175,31 +196,29 @@ def read_range(conf: Mapping[str, str], topic: str, partition: int, start: int, 
             # consume() blocks until it has num_messages or the timeout passes: ask for no more than
             # the range can still hold, and keep the timeout short for the gappy tail of a range.
             msgs = consumer.consume(num_messages=max(1, min(batch_rows, end - next_offset)), timeout=0.1)
-            if not msgs:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"no progress reading {topic}-{partition} [{start}, {end}) "
-                                       f"for {timeout_s}s")
-                continue
-            deadline = time.monotonic() + timeout_s
             data = [m for m in msgs if m.error() is None]
+            resume = None
             if len(data) != len(msgs):
-                # Only end-of-partition events are expected; they come after the data before them.
+                # Events: end-of-partition (after the data before it), or offset-out-of-range, after
+                # which nothing more of the old fetch position comes.
+                data = []
                 for m in msgs:
                     err = m.error()
                     if err is None:
+                        data.append(m)
                         continue
                     code = err.code()
                     if code == KafkaError._PARTITION_EOF:
                         done = done or m.offset() >= end
                     elif code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                        if fail_on_data_loss:
-                            raise DataLossError(
-                                f"{topic}-{partition}: offsets from {start} are no longer available "
-                                f"({err.str()}); set failOnDataLoss=false to skip lost data")
-                        low, _ = consumer.get_watermark_offsets(CkTopicPartition(topic, partition),
-                                                                cached=False)
-                        done = done or low >= end
-                        consumer.assign([CkTopicPartition(topic, partition, max(low, start))])
+                        lost_from = data[-1].offset() + 1 if data else next_offset
+                        resume = _after_offset_out_of_range(consumer, topic, partition, lost_from, end,
+                                                            err.str(), fail_on_data_loss)
+                        if resume is None:
+                            done = True
+                        else:
+                            consumer.assign([CkTopicPartition(topic, partition, resume)])
+                        break
                     else:
                         raise KafkaException(err)
             if data and data[-1].offset() >= end - 1:
@@ -207,10 +226,40 @@ def read_range(conf: Mapping[str, str], topic: str, partition: int, start: int, 
                 if data[-1].offset() >= end:
                     data = [m for m in data if m.offset() < end]
             if data:
+                deadline = time.monotonic() + timeout_s
                 next_offset = data[-1].offset() + 1
                 yield _to_batch(data, schema, topic, partition, include_headers)
+            elif time.monotonic() > deadline:
+                raise TimeoutError(f"no progress reading {topic}-{partition} [{start}, {end}) at offset "
+                                   f"{next_offset} for {timeout_s}s")
+            if resume is not None:
+                next_offset = resume
     finally:
         consumer.close()
+
+
+def _after_offset_out_of_range(consumer: Consumer, topic: str, partition: int, offset: int, end: int,
+                               error: str, fail_on_data_loss: bool) -> int | None:
+    """Where to go on after the broker said ``offset`` is out of range; None = nothing left of the range.
+
+    The same three cases as Spark's Kafka source (KafkaDataConsumer.getEarliestAvailableOffsetBetween):
+    the partition's records now start past ``offset`` (resume at the log start), the range and what
+    the partition holds no longer overlap (skip the rest), or ``offset`` is back in range (the topic
+    was re-created and refilled meanwhile: retry it).
+    """
+    try:
+        low, high = consumer.get_watermark_offsets(CkTopicPartition(topic, partition), timeout=10, cached=False)
+        held = f"the partition now holds offsets [{low}, {high})"
+    except KafkaException as e:
+        if not fail_on_data_loss:
+            raise
+        low = high = -1
+        held = f"its offsets could not be listed: {e}"
+    report_data_loss(f"cannot read {topic}-{partition} offsets [{offset}, {end}) ({error}); {held}",
+                     fail_on_data_loss)
+    if offset >= high or low >= end:
+        return None
+    return max(low, offset)
 
 
 def _to_batch(msgs: list[Any], schema: pa.Schema, topic: str, partition: int,

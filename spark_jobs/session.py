@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 from pyspark.sql import SparkSession
 
@@ -30,6 +31,8 @@ def under_spark_submit() -> bool:
 def spark_session(app_name: str = "kbroker", *, master: str | None = None, shuffle_partitions: int = 2,
                   conf: dict[str, str] | None = None, log_level: str = "WARN") -> SparkSession:
     _prepare_environment()
+    # pandas 3 is newer than PySpark's tested range; the Arrow paths used here do not touch pandas.
+    warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
     builder = SparkSession.builder.appName(app_name)
     if master is not None or not under_spark_submit():
         builder = builder.master(master or os.environ.get("KBROKER_SPARK_MASTER", DEFAULT_MASTER))

@@ -9,6 +9,9 @@ and writes are exactly-once (see spark_jobs/sink.py and docs/spark.md).
 
 Offsets live only in Spark's checkpoint (no consumer group), one input partition per
 topic-partition range, so a micro-batch replayed after a restart reads exactly the same records.
+``failOnDataLoss`` (default true) makes the same checks as Spark's Kafka source: offsets deleted
+before a task reads them (kafka_io.read_range) and, when a micro-batch is planned, partitions that
+are gone, went backwards, or appeared without starting at 0 (``KBrokerStreamReader.latestOffset``).
 """
 
 from __future__ import annotations
@@ -45,6 +48,10 @@ def _bool(value: str | None, default: bool) -> bool:
     if value is None:
         return default
     return value.strip().lower() in ("true", "1", "yes")
+
+
+def _names(tps: Sequence[TopicPartition]) -> str:
+    return ", ".join(f"{topic}-{part}" for topic, part in tps)
 
 
 @dataclass
@@ -171,25 +178,36 @@ class KBrokerStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAv
         begin = offsets.from_json_dict(start)
         tps = self.topic_partitions()
         latest = self.latest(tps)
+        # Possible data loss, checked as Spark's Kafka source checks it when it plans a micro-batch
+        # (KafkaOffsetReader.getOffsetRangesFromResolvedOffsets): failOnDataLoss=true fails the
+        # query, false logs a warning and goes on.
+        gone = sorted(tp for tp in begin if tp not in latest)
+        if gone:
+            # Deleted topic or partitions, or a changed assignment: records not yet read are lost.
+            kafka_io.report_data_loss(f"partitions {_names(gone)} are gone; some data may have been missed",
+                                      self.fail_on_data_loss)
+            for tp in gone:
+                del begin[tp]
         new = [tp for tp in tps if tp not in begin]
         if new:
             # Partitions that appeared since the last batch are read from their beginning.
-            begin.update(self.earliest(new))
+            early = self.earliest(new)
+            for tp, off in sorted(early.items()):
+                if off != 0:
+                    kafka_io.report_data_loss(f"added partition {_names([tp])} starts at offset {off} instead "
+                                              f"of 0; some data may have been missed", self.fail_on_data_loss)
+            begin.update(early)
         target = self.available_now_target
         if target is not None:
             latest = {tp: (min(off, target[tp]) if tp in target else begin[tp]) for tp, off in latest.items()}
         for tp, off in latest.items():
             if off < begin[tp]:
                 # The log moved backwards (topic re-created or truncated): what we consumed is gone.
-                if self.fail_on_data_loss:
-                    raise kafka_io.DataLossError(f"{tp[0]}-{tp[1]}: latest offset {off} is below the "
-                                                 f"committed position {begin[tp]}")
+                kafka_io.report_data_loss(f"{_names([tp])} offset went back from {begin[tp]} to {off}; "
+                                          f"some data may have been missed", self.fail_on_data_loss)
                 begin[tp] = off
         if isinstance(limit, ReadMaxRows):
             latest = offsets.rate_limit(begin, latest, limit.max_rows)
-        # Partitions no longer listed (deleted topic, changed assignment) keep their last position.
-        for tp, off in begin.items():
-            latest.setdefault(tp, off)
         return offsets.to_json_dict(latest)
 
     def reportLatestOffset(self) -> dict | None:

@@ -120,13 +120,17 @@ def run_partition(conf: dict[str, str], input_topic: str, output_topic: str, gro
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--bootstrap", default="127.0.0.1:9092")
-    p.add_argument("--input", default="topic1")
-    p.add_argument("--output", default="topic2")
-    p.add_argument("--group", default="kbroker-txn-ctp")
-    p.add_argument("--transactional-id-prefix", default="kbroker-txn-ctp")
-    p.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="records per transaction (max)")
-    p.add_argument("--master", default=None)
+    p.add_argument("--bootstrap", default="127.0.0.1:9092", help="kbroker bootstrap servers (default %(default)s)")
+    p.add_argument("--input", default="topic1", help="input topic (default %(default)s)")
+    p.add_argument("--output", default="topic2",
+                   help="output topic, created with the input's partition count if missing (default %(default)s)")
+    p.add_argument("--group", default="kbroker-txn-ctp",
+                   help="consumer group whose committed offsets are the job's progress (default %(default)s)")
+    p.add_argument("--transactional-id-prefix", default="kbroker-txn-ctp",
+                   help="task transactional.id = <prefix>.<input>.<partition> (default %(default)s)")
+    p.add_argument("--batch", type=int, default=DEFAULT_BATCH,
+                   help="records per transaction, at most (default %(default)s)")
+    p.add_argument("--master", default=None, help="Spark master (default local[2,4], or spark-submit's --master)")
     p.add_argument("--kill-task", default=None, metavar="PARTITION:TXNS",
                    help="test hook: SIGKILL the first attempt of that task in the middle of its "
                         "transaction number TXNS")

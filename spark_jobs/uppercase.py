@@ -26,8 +26,8 @@ def transform(df: DataFrame) -> DataFrame:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = base_parser(__doc__.splitlines()[0])
-    p.add_argument("--input", default="topic1")
-    p.add_argument("--output", default="topic2")
+    p.add_argument("--input", default="topic1", help="input topic (default %(default)s)")
+    p.add_argument("--output", default="topic2", help="output topic (default %(default)s)")
     args = p.parse_args(argv)
     quiet_logging()
     spark = spark_session("kbroker-uppercase", master=args.master)

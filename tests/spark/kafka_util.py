@@ -1,4 +1,5 @@
-"""Kafka-side helpers for the Spark tests: create topics, produce (plain and transactional), read back."""
+"""Kafka-side helpers for the Spark tests: create and delete topics, produce (plain and transactional),
+delete records, read back."""
 
 from __future__ import annotations
 
@@ -66,3 +67,16 @@ def read_all(bootstrap: str, topic: str, isolation: str = "read_committed") -> l
 
 def values(records: list[Record]) -> list[bytes | None]:
     return [r[3] for r in records]
+
+
+def delete_records(bootstrap: str, topic: str, before: dict[int, int]) -> dict[int, int]:
+    """DeleteRecords: move the log start of each partition up to ``before[partition]``; returns the new log starts."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.delete_records([TopicPartition(topic, p, off) for p, off in before.items()],
+                                   request_timeout=30)
+    return {tp.partition: fut.result(30).low_watermark for tp, fut in futures.items()}
+
+
+def delete_topic(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
+    admin.delete_topics([topic], request_timeout=30)[topic].result(30)

@@ -1,4 +1,5 @@
-"""Reading kbroker topics as Spark DataFrames (Acceptance 1): read_committed, Kafka-source schema, offsets."""
+"""Reading kbroker topics as Spark DataFrames (Acceptance 1): read_committed, Kafka-source schema, offsets,
+failOnDataLoss."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from kafka_util import create_topic, produce, read_all, transactional_producer
+from kafka_util import create_topic, delete_records, delete_topic, produce, read_all, transactional_producer
 
 KAFKA_SOURCE_SCHEMA = [
     ("key", "binary"), ("value", "binary"), ("topic", "string"), ("partition", "int"),
@@ -120,3 +121,118 @@ def test_stream_read_with_max_offsets_per_trigger(spark: Any, broker: Any, tmp_p
     last = max(int(p.name) for p in (tmp_path / "ck" / "offsets").iterdir() if p.name.isdigit())
     lines = (tmp_path / "ck" / "offsets" / str(last)).read_text().splitlines()
     assert json.loads(lines[-1]) == {topic: {"0": 50, "1": 50}}
+
+
+# --- failOnDataLoss: records the query asks for are gone (retention, DeleteRecords, deleted topic) ---------
+
+
+@pytest.fixture
+def trimmed_topic(broker: Any) -> str:
+    """Offsets 0-49 in both partitions; DeleteRecords moved partition 0's log start to 20."""
+    topic = "trimmed"
+    create_topic(broker.bootstrap, topic, partitions=2)
+    produce(broker.bootstrap, topic, [(p, None, f"{p}-{i}".encode()) for i in range(50) for p in (0, 1)])
+    assert delete_records(broker.bootstrap, topic, {0: 20}) == {0: 20}
+    return topic
+
+
+def test_batch_read_below_log_start_fails_on_data_loss_by_default(spark: Any, broker: Any,
+                                                                   trimmed_topic: str) -> None:
+    from_zero = json.dumps({trimmed_topic: {"0": 0, "1": 0}})
+    df = _read(spark, broker.bootstrap, subscribe=trimmed_topic, startingOffsets=from_zero)
+    with pytest.raises(Exception) as info:  # noqa: B017 - Py4J/PySpark wrap the task's DataLossError
+        df.collect()
+    text = str(info.value)
+    assert "DataLossError: data loss: cannot read trimmed-0 offsets [0, 50)" in text
+    assert "the partition now holds offsets [20, 50)" in text
+    assert "set the source option failOnDataLoss to false" in text
+    # "earliest" resolves to the log start, so nothing is missing there.
+    assert _read(spark, broker.bootstrap, subscribe=trimmed_topic).count() == 80
+
+
+def test_batch_read_below_log_start_skips_lost_records_without_fail_on_data_loss(spark: Any, broker: Any,
+                                                                                 trimmed_topic: str) -> None:
+    from_zero = json.dumps({trimmed_topic: {"0": 0, "1": 0}})
+    df = _read(spark, broker.bootstrap, subscribe=trimmed_topic, startingOffsets=from_zero,
+               failOnDataLoss="false")
+    got = sorted((r.partition, r.offset, r.value.decode()) for r in df.collect())
+    assert got == [(0, i, f"0-{i}") for i in range(20, 50)] + [(1, i, f"1-{i}") for i in range(50)]
+    # A range that lies entirely below the log start yields nothing.
+    df = _read(spark, broker.bootstrap, assign=json.dumps({trimmed_topic: [0]}), startingOffsets=from_zero,
+               endingOffsets=json.dumps({trimmed_topic: {"0": 15}}), failOnDataLoss="false")
+    assert df.count() == 0
+
+
+def test_stream_query_fails_on_data_loss_then_skips_it_with_fail_on_data_loss_false(
+        spark: Any, broker: Any, tmp_path: Any) -> None:
+    """Records deleted after the query read up to them: the next micro-batch fails, or skips them."""
+    topic = "stream-trimmed"
+    create_topic(broker.bootstrap, topic, partitions=2)
+    produce(broker.bootstrap, topic, [(i % 2, None, str(i).encode()) for i in range(100)])
+    seen: list[int] = []
+
+    def run(**options: str) -> None:
+        reader = (spark.readStream.format("kbroker").option("kafka.bootstrap.servers", broker.bootstrap)
+                  .option("subscribe", topic).option("startingOffsets", "earliest"))
+        for k, v in options.items():
+            reader = reader.option(k, v)
+        q = (reader.load().writeStream
+             .foreachBatch(lambda df, _: seen.extend(int(r.value) for r in df.collect()))
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+        q.awaitTermination()
+
+    run()
+    assert sorted(seen) == list(range(100))
+    # 100 more (offsets 50-99 of each partition); then partition 0 loses offsets up to 70 unread.
+    produce(broker.bootstrap, topic, [(i % 2, None, str(i).encode()) for i in range(100, 200)])
+    assert delete_records(broker.bootstrap, topic, {0: 70}) == {0: 70}
+    seen.clear()
+    with pytest.raises(Exception) as info:  # noqa: B017 - StreamingQueryException
+        run()
+    assert "data loss: cannot read stream-trimmed-0 offsets [50, 100)" in str(info.value)
+    assert seen == []
+    # The same checkpoint with failOnDataLoss=false replays that batch without the lost records.
+    run(failOnDataLoss="false")
+    lost = {100 + 2 * i for i in range(20)}  # values at partition-0 offsets 50-69
+    assert sorted(seen) == sorted(set(range(100, 200)) - lost)
+
+
+def test_stream_reader_data_loss_checks_when_planning(broker: Any) -> None:
+    """The driver-side checks of Spark's Kafka source, on the reader itself (no query needed)."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from spark_jobs.kafka_io import DataLossError
+    from spark_jobs.source import KBrokerStreamReader
+
+    create_topic(broker.bootstrap, "dl-a", partitions=2)
+    create_topic(broker.bootstrap, "dl-b", partitions=1)
+    produce(broker.bootstrap, "dl-a", [(i % 2, None, b"x") for i in range(20)])
+    produce(broker.bootstrap, "dl-b", [(0, None, b"x") for _ in range(5)])
+    delete_records(broker.bootstrap, "dl-a", {1: 4})
+
+    def latest(start: dict, fail: bool) -> dict:
+        reader = KBrokerStreamReader({"kafka.bootstrap.servers": broker.bootstrap, "subscribePattern": "dl-.*",
+                                      "failOnDataLoss": str(fail).lower()})
+        return reader.latestOffset(start, ReadAllAvailable())
+
+    cases = [
+        # A partition first seen after the query started whose log does not start at 0.
+        ({"dl-a": {"0": 10}, "dl-b": {"0": 5}}, "added partition dl-a-1 starts at offset 4 instead of 0",
+         {"dl-a": {"0": 10, "1": 10}, "dl-b": {"0": 5}}),
+        # The log end went below what the query already read (topic re-created or truncated).
+        ({"dl-a": {"0": 10, "1": 10}, "dl-b": {"0": 8}}, "dl-b-0 offset went back from 8 to 5",
+         {"dl-a": {"0": 10, "1": 10}, "dl-b": {"0": 5}}),
+        # A partition the query was reading is gone (deleted topic).
+        ({"dl-a": {"0": 10, "1": 10}, "dl-b": {"0": 5}, "dl-c": {"0": 3}}, "partitions dl-c-0 are gone",
+         {"dl-a": {"0": 10, "1": 10}, "dl-b": {"0": 5}}),
+    ]
+    for start, message, end in cases:
+        with pytest.raises(DataLossError, match=f"data loss: {message}.*failOnDataLoss to false"):
+            latest(start, fail=True)
+        assert latest(start, fail=False) == end
+    # Deleting a topic the query reads is data loss too; without the check its partitions drop out.
+    delete_topic(broker.bootstrap, "dl-b")
+    start = {"dl-a": {"0": 10, "1": 10}, "dl-b": {"0": 3}}
+    with pytest.raises(DataLossError, match="partitions dl-b-0 are gone"):
+        latest(start, fail=True)
+    assert latest(start, fail=False) == {"dl-a": {"0": 10, "1": 10}}
