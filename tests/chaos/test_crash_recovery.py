@@ -233,6 +233,14 @@ def test_torn_tail_and_damaged_indexes_are_repaired_on_restart(broker_factory, h
         if i % 40 == 39:  # many batches per segment, so the active segment has several
             assert p.flush(10) == 0
     assert p.flush(10) == 0
+    part_dir = broker.data_dir / f"{topic}-0"
+    # Batch boundaries depend on the client, so the active segment may have just rolled: add
+    # batches until it holds at least two (one to tear, one before it that must survive).
+    while len(_batches(sorted(part_dir.glob("*.log"))[-1])) < 2:
+        for i in range(total, total + 40):
+            p.produce(topic, key=b"%d" % i, value=_value(i), partition=0, timestamp=TS0 + i)
+        assert p.flush(10) == 0
+        total += 40
     before = _read_partition(broker.bootstrap, topic, 0, total)
     assert [r[0] for r in before] == list(range(total))
 
@@ -241,7 +249,6 @@ def test_torn_tail_and_damaged_indexes_are_repaired_on_restart(broker_factory, h
     else:
         broker.kill()
 
-    part_dir = broker.data_dir / f"{topic}-0"
     logs = sorted(part_dir.glob("*.log"))
     assert len(logs) >= 4, [x.name for x in logs]
     active = logs[-1]
