@@ -26,6 +26,19 @@ class CheckpointError(ValueError):
     """A checkpoint file is malformed (Kafka: 'Malformed line in checkpoint file')."""
 
 
+def fsync_file(path: Path) -> None:
+    """fsync a file by name. A log file is only renamed (``.deleted``) or deleted when it leaves
+    the log, so a missing one belongs to a retired segment: nothing to keep."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def fsync_dir(path: Path) -> None:
     """Make a rename/create inside ``path`` durable."""
     try:

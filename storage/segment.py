@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage import batch as rb
+from storage.checkpoints import fsync_file
 from storage.offset_index import IndexCorruptError, OffsetIndex
 from storage.time_index import TimeIndex
 from storage.txn_index import AbortedTxn, TransactionIndex
@@ -564,17 +565,4 @@ class SegmentSync:
             if not self.segment.closed:
                 raise
         for path in self.index_paths:
-            _fsync_path(path)
-
-
-def _fsync_path(path: Path) -> None:
-    """fsync a file by name. A segment in the log is only renamed (``.deleted``) or deleted
-    when it leaves the log, so a missing file belongs to a retired segment: nothing to keep."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+            fsync_file(path)

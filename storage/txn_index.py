@@ -13,6 +13,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from storage.checkpoints import fsync_file
 from storage.offset_index import IndexCorruptError
 
 ENTRY = struct.Struct(">hqqqq")
@@ -96,14 +97,7 @@ class TransactionIndex:
                 f.write(b"".join(t.pack() for t in keep))
 
     def fsync(self) -> None:
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except FileNotFoundError:
-            return
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_file(self.path)
 
     def rename(self, path: Path) -> None:
         if self.path.exists():
