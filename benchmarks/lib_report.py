@@ -354,7 +354,8 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]], images: list[s
         "whole benchmark process (Python + librdkafka threads, plus the latency consumer process); "
         "`main thread` is the one Python thread that calls the client API — near 1.0 it is saturated and "
         "the figure measures the client, not the broker. `other` is everything else on the machine "
-        f"(interference). The machine has {meta.get('cpus')} cores.",
+        "(interference), including the hypervisor's steal time on a shared virtual machine. "
+        f"The machine has {meta.get('cpus')} cores.",
         "",
         "| workload | broker | client | main thread | broker | other | idle | Python-loop ceiling, records/s |",
         "|---|---|---:|---:|---:|---:|---:|---:|",
