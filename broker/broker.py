@@ -154,15 +154,19 @@ class Broker:
     # --- schedulers --------------------------------------------------------------------------
 
     def _every(self, interval_ms: int, fn: Callable[[], Awaitable[None]], name: str) -> None:
+        """Run ``fn`` every ``interval_ms``. As Kafka's scheduler does for a period <= 0 (an
+        accepted value of e.g. log.flush.offset.checkpoint.interval.ms), such a task runs once."""
         async def loop() -> None:
             while True:
-                await asyncio.sleep(interval_ms / 1000)
+                await asyncio.sleep(max(interval_ms, 0) / 1000)
                 try:
                     await fn()
                 except asyncio.CancelledError:
                     raise
                 except Exception:
                     log.exception("background task %s failed", name)
+                if interval_ms <= 0:
+                    return
 
         self._tasks.append(asyncio.create_task(loop(), name=name))
 
