@@ -441,7 +441,7 @@ class Log:
                 self.assign_leader_epoch(leader_epoch, first)
         # No fsync here (it would block the loop): the caller schedules a flush.
         return AppendResult(first, offset - 1, max_ts, now_ms if log_append_time else -1,
-                            offset - self.recovery_point >= cfg.flush_messages)
+                            self.flush_messages_due())
 
     def roll(self, now_ms: int | None = None) -> None:
         """Start a new active segment at the log end offset (no-op if the active one is empty there)."""

@@ -142,26 +142,23 @@ class SparseIndex:
                 os.truncate(self.path, n * self.entry_size)
                 self._persisted = n
 
-    def flush(self, fsync: bool = False) -> None:
-        """Write entries appended since the last flush; fsync if asked."""
+    def flush(self) -> None:
+        """Write entries appended since the last flush (plain writes; fsync is SegmentSync's)."""
         if self._keys is None:
             return
         with self._write_lock:
-            self._flush_locked(fsync)
+            self._flush_locked()
 
-    def _flush_locked(self, fsync: bool) -> None:
+    def _flush_locked(self) -> None:
         n = len(self._keys)  # type: ignore[arg-type]
-        if n > self._persisted or fsync:
+        if n > self._persisted:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             try:
-                if n > self._persisted:
-                    data = self._encode(self._persisted, n)
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(fd, view) :]
-                    self._persisted = n
-                if fsync:
-                    os.fsync(fd)
+                data = self._encode(self._persisted, n)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                self._persisted = n
             finally:
                 os.close(fd)
 

@@ -13,7 +13,6 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from storage.checkpoints import fsync_file
 from storage.offset_index import IndexCorruptError
 
 ENTRY = struct.Struct(">hqqqq")
@@ -95,9 +94,6 @@ class TransactionIndex:
             self._entries = keep
             with open(self.path, "wb") as f:
                 f.write(b"".join(t.pack() for t in keep))
-
-    def fsync(self) -> None:
-        fsync_file(self.path)
 
     def rename(self, path: Path) -> None:
         if self.path.exists():
