@@ -53,20 +53,26 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes, *, sync: bool = True) -> None:
     """Write ``path`` so that a crash leaves the old or the new contents, never a torn file:
-    ``<name>.tmp``, fsync, rename over the target, fsync the directory."""
+    ``<name>.tmp``, fsync, rename over the target, fsync the directory.
+
+    ``sync=False`` skips both fsyncs (no blocking on the loop); the caller then fsyncs the
+    file and its directory later, and until that a crash may leave the file torn or empty, so
+    only files that are checked on read and may be dropped (producer snapshots) use it."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if sync:
+        fsync_dir(path.parent)
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -35,7 +35,13 @@ from typing import Protocol
 
 from storage import batch as rb
 from storage.batch import BatchHeader
-from storage.checkpoints import LEADER_EPOCH_CHECKPOINT, CheckpointError, LeaderEpochCheckpointFile, fsync_dir
+from storage.checkpoints import (
+    LEADER_EPOCH_CHECKPOINT,
+    CheckpointError,
+    LeaderEpochCheckpointFile,
+    fsync_dir,
+    fsync_file,
+)
 from storage.log_config import LogConfig
 from storage.offset_index import IndexCorruptError
 from storage.segment import (
@@ -107,12 +113,15 @@ class FlushPlan:
     generation: int  # Log._generation when planned; a truncation since voids the recovery point
     segments: list[SegmentSync]
     dir: Path | None  # the partition dir, when segment files were created since the last flush
+    snapshots: list[tuple[int, Path]]  # producer snapshots written unsynced at a roll, up to end_offset
 
     def sync(self) -> None:
         """The blocking part: fsync the captured files (and the dir). Touches no Log state, so it
         may run in an executor while the loop appends, rolls, truncates or retires segments."""
         for seg in self.segments:
             seg.sync()
+        for _, path in self.snapshots:
+            fsync_file(path)  # a snapshot deleted meanwhile is simply gone
         if self.dir is not None:
             fsync_dir(self.dir)
 
@@ -126,7 +135,7 @@ class ProducerStateHook(Protocol):
 
     def update_from_log(self, header: BatchHeader, batch: bytes | None = None) -> object: ...
 
-    def take_snapshot(self, offset: int) -> None: ...
+    def take_snapshot(self, offset: int, *, sync: bool = True) -> Path: ...
 
     def delete_snapshots_below(self, offset: int) -> None: ...
 
@@ -165,6 +174,7 @@ class Log:
         self._last_flush_ms = now_ms()
         self._roll_flush_offset = 0  # rolled segments below this wait for a flush
         self._dir_dirty = False
+        self._unsynced_snapshots: list[tuple[int, Path]] = []  # (offset, path) of Log.roll's
         self._flushing: FlushPlan | None = None  # planned, not yet completed or failed
         self._generation = 0  # bumped by every truncation (see FlushPlan.generation)
         self._log_append_time = config.log_append_time
@@ -457,7 +467,9 @@ class Log:
             self._roll_flush_offset = new_base
         self._add_segment(self._new_segment(new_base, now))
         if self.producer_state is not None:
-            self.producer_state.take_snapshot(new_base)
+            # Unsynced, as Kafka does at a roll: the flush that covers new_base fsyncs it (and
+            # the dir, dirty from the new segment) off the loop.
+            self._unsynced_snapshots.append((new_base, self.producer_state.take_snapshot(new_base, sync=False)))
 
     # ------------------------------------------------------------------------------------------
     # reads
@@ -558,7 +570,11 @@ class Log:
         if self._dir_dirty:
             self._dir_dirty = False
             dir = self.dir
-        plan = FlushPlan(self, end, _now(now_ms), self._generation, syncs, dir)
+        snapshots = [(off, path) for off, path in self._unsynced_snapshots if off <= end]
+        if snapshots:
+            self._unsynced_snapshots = [(off, path) for off, path in self._unsynced_snapshots if off > end]
+            dir = self.dir  # their renames
+        plan = FlushPlan(self, end, _now(now_ms), self._generation, syncs, dir, snapshots)
         self._flushing = plan
         return plan
 
@@ -587,6 +603,8 @@ class Log:
                 sync.segment.dirty = True
         if plan.dir is not None:
             self._dir_dirty = True
+        if plan.snapshots:
+            self._unsynced_snapshots = plan.snapshots + self._unsynced_snapshots
 
     @property
     def flush_in_flight(self) -> bool:
@@ -845,8 +863,11 @@ class Log:
         for _, seg in self._pending_deletes:
             seg.delete_files()
         self._pending_deletes = []
+        for _, path in self._unsynced_snapshots:
+            fsync_file(path)
+        self._unsynced_snapshots = []
         if self.producer_state is not None:
-            self.producer_state.take_snapshot(self.log_end_offset)
+            self.producer_state.take_snapshot(self.log_end_offset)  # synced, dir included
 
     def delete(self) -> None:
         """Remove the partition: rename the dir ``<topic>-<p>.<uuid>-delete``, then delete it."""

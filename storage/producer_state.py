@@ -279,10 +279,11 @@ def read_snapshot_file(path: Path | str) -> list[ProducerStateEntry]:
     return decode_snapshot(Path(path).read_bytes())
 
 
-def write_snapshot_file(path: Path | str, entries: Iterable[ProducerStateEntry]) -> None:
-    """Write a snapshot atomically (tmp file, fsync, rename, fsync the directory)."""
+def write_snapshot_file(path: Path | str, entries: Iterable[ProducerStateEntry], *, sync: bool = True) -> None:
+    """Write a snapshot atomically (tmp file, fsync, rename, fsync the directory); with
+    ``sync=False`` without the fsyncs, which the caller then owes (see Log.roll)."""
     # The log deletes stray *.tmp files at load.
-    atomic_write_bytes(Path(path), encode_snapshot(entries))
+    atomic_write_bytes(Path(path), encode_snapshot(entries), sync=sync)
 
 
 # --- the manager -------------------------------------------------------------------------------
@@ -369,11 +370,16 @@ class ProducerStateManager:
             return
         self.map_end_offset = log_start_offset
 
-    def take_snapshot(self, offset: int) -> None:
-        """Persist the state as ``<offset>.snapshot``; the caller guarantees it covers the log below offset."""
+    def take_snapshot(self, offset: int, *, sync: bool = True) -> Path:
+        """Persist the state as ``<offset>.snapshot`` and return its path; the caller guarantees
+        it covers the log below offset. ``sync=False`` leaves the fsync to the caller (Kafka
+        does the same at a segment roll): a snapshot torn by a crash fails its CRC on load and
+        is dropped for an older one plus a longer replay."""
         self.map_end_offset = max(self.map_end_offset, offset)
         self.partition_dir.mkdir(parents=True, exist_ok=True)
-        write_snapshot_file(snapshot_path(self.partition_dir, offset), self.producers.values())
+        path = snapshot_path(self.partition_dir, offset)
+        write_snapshot_file(path, self.producers.values(), sync=sync)
+        return path
 
     def delete_snapshots_below(self, offset: int) -> None:
         for off in self.snapshot_offsets():

@@ -213,8 +213,9 @@ class FakeProducerState:
         self.replayed.append(header.base_offset)
         self.map_end_offset = header.next_offset
 
-    def take_snapshot(self, offset: int) -> None:
+    def take_snapshot(self, offset: int, *, sync: bool = True) -> Path:
         self.calls.append(("snapshot", offset))
+        return Path(f"/nonexistent/{offset:020d}.snapshot")  # fsync_file skips a missing file
 
     def delete_snapshots_below(self, offset: int) -> None:
         self.calls.append(("delete_below", offset))

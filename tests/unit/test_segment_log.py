@@ -337,6 +337,46 @@ def test_plan_sync_complete_advances_recovery_point(tmp_path: Path, fsyncs: list
     lg.close()
 
 
+def test_roll_snapshot_is_fsynced_by_the_flush_not_the_roll(
+    tmp_path: Path, fsyncs: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka writes the producer snapshot at a roll unsynced and fsyncs it with the rolled
+    segment's flush: the roll runs on the loop, the flush in an executor."""
+    import os
+
+    from storage.producer_state import ProducerStateManager
+
+    d = tmp_path / "t-0"
+    lg = Log.open(d, LogConfig(), producer_state=ProducerStateManager(d))
+    append(lg, 3)
+    fsyncs.clear()
+    lg.roll(10_000)
+    snap = d / f"{3:020d}.snapshot"
+    assert snap.exists() and fsyncs == []  # written and renamed, not fsynced
+    plan = lg.plan_flush(up_to=2)  # a flush below the roll does not take it ...
+    assert plan is not None and plan.snapshots == [] and plan.dir == lg.dir
+    lg.flush_failed(plan)  # ... and a failed one gives back what it took
+    plan = lg.plan_flush(up_to=3)
+    assert plan is not None and plan.snapshots == [(3, snap)] and plan.dir == lg.dir
+    lg.flush_failed(plan)
+    plan = lg.plan_flush()
+    assert plan is not None and plan.snapshots == [(3, snap)]
+    synced: list[tuple[int, int]] = []
+    real = os.fsync
+
+    def by_inode(fd: int) -> None:
+        synced.append((os.fstat(fd).st_dev, os.fstat(fd).st_ino))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", by_inode)
+    plan.sync()
+    lg.complete_flush(plan)
+    st = snap.stat()
+    assert (st.st_dev, st.st_ino) in synced
+    assert lg.plan_flush() is None  # nothing pending any more
+    lg.close()
+
+
 def test_recovery_point_never_moves_backwards(tmp_path: Path) -> None:
     lg = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=500))
     while len(lg.segments) < 3:
