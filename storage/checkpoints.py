@@ -75,8 +75,8 @@ def atomic_write_bytes(path: Path, data: bytes, *, sync: bool = True) -> None:
         fsync_dir(path.parent)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode())
+def atomic_write_text(path: Path, text: str, *, sync: bool = True) -> None:
+    atomic_write_bytes(path, text.encode(), sync=sync)
 
 
 def _read_lines(path: Path, fields: int) -> list[list[str]]:
@@ -133,9 +133,9 @@ class LeaderEpochCheckpointFile:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def write(self, entries: list[tuple[int, int]]) -> None:
+    def write(self, entries: list[tuple[int, int]], *, sync: bool = True) -> None:
         lines = [str(CHECKPOINT_VERSION), str(len(entries))] + [f"{e} {o}" for e, o in entries]
-        atomic_write_text(self.path, "\n".join(lines) + "\n")
+        atomic_write_text(self.path, "\n".join(lines) + "\n", sync=sync)
 
     def read(self) -> list[tuple[int, int]]:
         try:

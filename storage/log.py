@@ -113,15 +113,15 @@ class FlushPlan:
     generation: int  # Log._generation when planned; a truncation since voids the recovery point
     segments: list[SegmentSync]
     dir: Path | None  # the partition dir, when segment files were created since the last flush
-    snapshots: list[tuple[int, Path]]  # producer snapshots written unsynced at a roll, up to end_offset
+    files: list[tuple[int, Path]]  # written unsynced (Log._unsynced_files) and due with this flush
 
     def sync(self) -> None:
         """The blocking part: fsync the captured files (and the dir). Touches no Log state, so it
         may run in an executor while the loop appends, rolls, truncates or retires segments."""
         for seg in self.segments:
             seg.sync()
-        for _, path in self.snapshots:
-            fsync_file(path)  # a snapshot deleted meanwhile is simply gone
+        for _, path in self.files:
+            fsync_file(path)  # a file deleted meanwhile is simply gone
         if self.dir is not None:
             fsync_dir(self.dir)
 
@@ -174,7 +174,9 @@ class Log:
         self._last_flush_ms = now_ms()
         self._roll_flush_offset = 0  # rolled segments below this wait for a flush
         self._dir_dirty = False
-        self._unsynced_snapshots: list[tuple[int, Path]] = []  # (offset, path) of Log.roll's
+        # Files written without fsync, for the first flush reaching their offset to fsync:
+        # (offset, path) of the producer snapshot of a roll; (-1, path) of leader-epoch-checkpoint.
+        self._unsynced_files: list[tuple[int, Path]] = []
         self._flushing: FlushPlan | None = None  # planned, not yet completed or failed
         self._generation = 0  # bumped by every truncation (see FlushPlan.generation)
         self._log_append_time = config.log_append_time
@@ -469,7 +471,7 @@ class Log:
         if self.producer_state is not None:
             # Unsynced, as Kafka does at a roll: the flush that covers new_base fsyncs it (and
             # the dir, dirty from the new segment) off the loop.
-            self._unsynced_snapshots.append((new_base, self.producer_state.take_snapshot(new_base, sync=False)))
+            self._unsynced_files.append((new_base, self.producer_state.take_snapshot(new_base, sync=False)))
 
     # ------------------------------------------------------------------------------------------
     # reads
@@ -570,11 +572,11 @@ class Log:
         if self._dir_dirty:
             self._dir_dirty = False
             dir = self.dir
-        snapshots = [(off, path) for off, path in self._unsynced_snapshots if off <= end]
-        if snapshots:
-            self._unsynced_snapshots = [(off, path) for off, path in self._unsynced_snapshots if off > end]
+        files = [(off, path) for off, path in self._unsynced_files if off <= end]
+        if files:
+            self._unsynced_files = [(off, path) for off, path in self._unsynced_files if off > end]
             dir = self.dir  # their renames
-        plan = FlushPlan(self, end, _now(now_ms), self._generation, syncs, dir, snapshots)
+        plan = FlushPlan(self, end, _now(now_ms), self._generation, syncs, dir, files)
         self._flushing = plan
         return plan
 
@@ -603,8 +605,8 @@ class Log:
                 sync.segment.dirty = True
         if plan.dir is not None:
             self._dir_dirty = True
-        if plan.snapshots:
-            self._unsynced_snapshots = plan.snapshots + self._unsynced_snapshots
+        if plan.files:
+            self._unsynced_files = plan.files + self._unsynced_files
 
     @property
     def flush_in_flight(self) -> bool:
@@ -632,13 +634,16 @@ class Log:
         """The offset the flush scheduler should flush below, or None: the log end offset when
         flush.ms has passed since the last flush, else the end of the segments rolled since
         then (Kafka fsyncs a segment right after rolling it, which is what advances the
-        recovery point, and bounds recovery after a crash, with the default flush settings)."""
-        if self.log_end_offset <= self.recovery_point:
-            return None
-        if now_ms - self._last_flush_ms >= self.config.flush_ms:
-            return self.log_end_offset
-        if self._roll_flush_offset > self.recovery_point:
-            return self._roll_flush_offset
+        recovery point, and bounds recovery after a crash, with the default flush settings).
+        With neither, the recovery point itself when files written unsynced are waiting (a
+        leader-epoch-checkpoint after the log start moved): the flush then fsyncs just those."""
+        if self.log_end_offset > self.recovery_point:
+            if now_ms - self._last_flush_ms >= self.config.flush_ms:
+                return self.log_end_offset
+            if self._roll_flush_offset > self.recovery_point:
+                return self._roll_flush_offset
+        if any(off <= self.recovery_point for off, _ in self._unsynced_files):
+            return self.recovery_point
         return None
 
     def needs_flush(self, now_ms: int) -> bool:
@@ -805,10 +810,19 @@ class Log:
         kept = [(entries[last][0], start_offset)] + entries[last + 1 :]
         if kept != entries:
             self.leader_epoch_entries = kept
-            self._write_epochs()
+            # Unsynced, as Kafka does since KAFKA-15046 (retention and DeleteRecords run on the
+            # loop); the log-flusher fsyncs it within a second. A power loss before that leaves
+            # the old file, whose entries below the log start are dropped again at load, or a
+            # torn one, which load ignores with a warning, re-adding the epochs of the batches
+            # it recovers.
+            self._write_epochs(sync=False)
 
-    def _write_epochs(self) -> None:
-        self._epoch_file.write(self.leader_epoch_entries)
+    def _write_epochs(self, *, sync: bool = True) -> None:
+        self._epoch_file.write(self.leader_epoch_entries, sync=sync)
+        if not sync:
+            self._dir_dirty = True  # the rename
+            if (-1, self._epoch_file.path) not in self._unsynced_files:
+                self._unsynced_files.append((-1, self._epoch_file.path))
 
     # ------------------------------------------------------------------------------------------
     # compaction support
@@ -831,7 +845,8 @@ class Log:
         now = now_ms()
         for seg in new:
             seg.on_become_inactive()
-            seg.flush()
+            if seg.dirty:  # the cleaner already fsynced its segments in its executor
+                seg.flush()
         for seg in new:
             seg.change_suffix(SWAP_SUFFIX)
         fsync_dir(self.dir)
@@ -863,9 +878,11 @@ class Log:
         for _, seg in self._pending_deletes:
             seg.delete_files()
         self._pending_deletes = []
-        for _, path in self._unsynced_snapshots:
+        for _, path in self._unsynced_files:
             fsync_file(path)
-        self._unsynced_snapshots = []
+        if self._unsynced_files:
+            fsync_dir(self.dir)
+        self._unsynced_files = []
         if self.producer_state is not None:
             self.producer_state.take_snapshot(self.log_end_offset)  # synced, dir included
 

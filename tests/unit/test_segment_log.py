@@ -354,13 +354,13 @@ def test_roll_snapshot_is_fsynced_by_the_flush_not_the_roll(
     snap = d / f"{3:020d}.snapshot"
     assert snap.exists() and fsyncs == []  # written and renamed, not fsynced
     plan = lg.plan_flush(up_to=2)  # a flush below the roll does not take it ...
-    assert plan is not None and plan.snapshots == [] and plan.dir == lg.dir
+    assert plan is not None and plan.files == [] and plan.dir == lg.dir
     lg.flush_failed(plan)  # ... and a failed one gives back what it took
     plan = lg.plan_flush(up_to=3)
-    assert plan is not None and plan.snapshots == [(3, snap)] and plan.dir == lg.dir
+    assert plan is not None and plan.files == [(3, snap)] and plan.dir == lg.dir
     lg.flush_failed(plan)
     plan = lg.plan_flush()
-    assert plan is not None and plan.snapshots == [(3, snap)]
+    assert plan is not None and plan.files == [(3, snap)]
     synced: list[tuple[int, int]] = []
     real = os.fsync
 
@@ -375,6 +375,42 @@ def test_roll_snapshot_is_fsynced_by_the_flush_not_the_roll(
     assert (st.st_dev, st.st_ino) in synced
     assert lg.plan_flush() is None  # nothing pending any more
     lg.close()
+
+
+def test_start_truncation_writes_epoch_checkpoint_unsynced_and_the_flusher_syncs_it(
+    tmp_path: Path, fsyncs: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DeleteRecords / retention run on the loop: like Kafka (KAFKA-15046) they rewrite
+    leader-epoch-checkpoint without fsync and leave that to the next flush."""
+    import os
+
+    lg = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=500, file_delete_delay_ms=0))
+    while len(lg.segments) < 3:
+        append(lg)
+    lg.flush()
+    assert lg.flush_target(10_000) is None
+    fsyncs.clear()
+    start = lg.segments[1].base_offset + 1
+    lg.delete_records_before(start)
+    assert lg.leader_epoch_entries == [(0, start)]
+    assert lg._epoch_file.read() == [(0, start)] and fsyncs == []  # on disk, not fsynced
+    assert lg.flush_target(10_000) == lg.recovery_point  # only the checkpoint to sync
+    synced: list[int] = []
+    real = os.fsync
+
+    def by_inode(fd: int) -> None:
+        synced.append(os.fstat(fd).st_ino)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", by_inode)
+    plan = lg.plan_flush(lg.flush_target(10_000))
+    assert plan is not None and plan.files == [(-1, lg._epoch_file.path)] and plan.dir == lg.dir
+    plan.sync()
+    lg.complete_flush(plan)
+    assert lg._epoch_file.path.stat().st_ino in synced
+    assert lg.flush_target(10_000) is None
+    lg.close()
+    assert Log.open(tmp_path / "t-0", LogConfig()).leader_epoch_entries == [(0, start)]
 
 
 def test_recovery_point_never_moves_backwards(tmp_path: Path) -> None:
