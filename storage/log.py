@@ -799,7 +799,7 @@ class Log:
         kept = [(e, o) for e, o in self.leader_epoch_entries if o < end_offset]
         if kept != self.leader_epoch_entries:
             self.leader_epoch_entries = kept
-            self._write_epochs()
+            self._write_epochs(sync=False)  # as for the start (below); load truncates again
 
     def _truncate_epochs_from_start(self, start_offset: int) -> None:
         entries = self.leader_epoch_entries
@@ -810,14 +810,15 @@ class Log:
         kept = [(entries[last][0], start_offset)] + entries[last + 1 :]
         if kept != entries:
             self.leader_epoch_entries = kept
-            # Unsynced, as Kafka does since KAFKA-15046 (retention and DeleteRecords run on the
-            # loop); the log-flusher fsyncs it within a second. A power loss before that leaves
-            # the old file, whose entries below the log start are dropped again at load, or a
-            # torn one, which load ignores with a warning, re-adding the epochs of the batches
-            # it recovers.
             self._write_epochs(sync=False)
 
     def _write_epochs(self, *, sync: bool = True) -> None:
+        """A new epoch (assign_leader_epoch) is written synced, so the file never misses an
+        entry. Truncations from either end are written unsynced, as Kafka does since
+        KAFKA-15046 (retention and DeleteRecords run on the loop), and the log-flusher fsyncs
+        them within a second: a power loss before that leaves the old file, whose extra entries
+        load truncates away again, or a torn one, which load ignores with a warning, re-adding
+        the epochs of the batches it recovers."""
         self._epoch_file.write(self.leader_epoch_entries, sync=sync)
         if not sync:
             self._dir_dirty = True  # the rename
