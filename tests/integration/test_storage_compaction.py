@@ -22,6 +22,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
+from tests.helpers.log_dir import live_segments
+
 TOPIC = "compacted"
 KEYS = 600
 VERSIONS = 8
@@ -92,8 +94,8 @@ def _cleaner_checkpoint(data_dir: Path) -> int:
 
 
 def _log_bytes(data_dir: Path) -> tuple[int, int]:
-    files = list((data_dir / f"{TOPIC}-0").glob("*.log"))
-    return len(files), sum(f.stat().st_size for f in files)
+    segments = live_segments(data_dir / f"{TOPIC}-0")
+    return len(segments), sum(size for _, size in segments)
 
 
 def _read_all(bootstrap: str, end: int, fetch_bytes: int = 1 << 20) -> list[tuple[int, bytes, bytes | None]]:

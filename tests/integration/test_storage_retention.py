@@ -24,6 +24,8 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from tests.helpers.log_dir import live_segments
+
 BROKER = {
     "log.retention.check.interval.ms": "300",
     "log.segment.delete.delay.ms": "200",
@@ -63,8 +65,7 @@ def _produce(broker, topic: str, first: int, count: int, *, timestamp: int | Non
 
 def _segments(broker, topic: str) -> list[tuple[int, int]]:
     """(base offset, size) of the live segments, oldest first."""
-    part = broker.data_dir / f"{topic}-0"
-    return sorted((int(p.stem), p.stat().st_size) for p in part.glob("*.log"))
+    return live_segments(broker.data_dir / f"{topic}-0")
 
 
 def _deleted_files(broker, topic: str) -> list[Path]:
