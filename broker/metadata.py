@@ -7,12 +7,14 @@ implementation (etcd) will keep the same interface.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import logging
 import re
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -143,7 +145,7 @@ class MetadataStore(ABC):
 
 
 class LocalMetadataStore(MetadataStore):
-    """Single-node metadata persisted as one JSON document (tmp + fsync + rename)."""
+    """Single-node metadata persisted as one JSON document (tmp + fsync + rename, in an executor)."""
 
     FILE_NAME = "kbroker-metadata.json"
 
@@ -155,6 +157,8 @@ class LocalMetadataStore(MetadataStore):
         self._topics: dict[str, TopicInfo] = {}
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
         self._broker_configs: dict[str, str] = {}
+        # Serialises changes: each is checked, written, then applied while no other runs.
+        self._lock = asyncio.Lock()
         self.cluster_id = cluster_id or ""
         self._load()
 
@@ -171,14 +175,29 @@ class LocalMetadataStore(MetadataStore):
             self.cluster_id = _new_cluster_id()
             self._save()
 
-    def _save(self) -> None:
+    def _document(self, topics: Iterable[TopicInfo], broker_configs: dict[str, str]) -> bytes:
         doc = {
             "version": 1,
             "cluster_id": self.cluster_id,
-            "topics": [t.to_json() for t in self._topics.values()],
-            "broker_configs": self._broker_configs,
+            "topics": [t.to_json() for t in topics],
+            "broker_configs": broker_configs,
         }
-        atomic_write_bytes(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
+        return json.dumps(doc, indent=1, sort_keys=True).encode()
+
+    def _save(self) -> None:
+        """Synchronous write, for start-up only (no loop to block yet)."""
+        atomic_write_bytes(self.path, self._document(self._topics.values(), self._broker_configs))
+
+    async def _persist(self, topics: Iterable[TopicInfo], broker_configs: dict[str, str]) -> None:
+        """Write the state a change is about to produce, in an executor (its fsyncs stay off the
+        loop); the caller applies the change only once this returned, so nothing is visible
+        that a crash could take back. Callers hold ``self._lock``: writes land in order."""
+        data = self._document(topics, broker_configs)
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, atomic_write_bytes, self.path, data)
+        except OSError as e:
+            log.error("cannot write %s: %s", self.path, e)
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot write cluster metadata: {e}") from e
 
     def brokers(self) -> list[BrokerInfo]:
         return [self.node]
@@ -200,44 +219,65 @@ class LocalMetadataStore(MetadataStore):
 
     async def create_topic(self, name: str, num_partitions: int, configs: dict[str, str],
                            *, internal: bool = False) -> TopicInfo:
-        if name in self._topics:
-            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
-        info = TopicInfo(name, uuid.uuid4(), num_partitions, dict(configs), internal or name in INTERNAL_TOPICS)
-        self._topics[name] = info
-        self._by_id[info.topic_id] = info
-        self._save()
-        self._notify("created", info)
-        return info
+        async with self._lock:
+            # checked again here: the handler's checks and this change are an await apart
+            if name in self._topics:
+                raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+            self.check_collision(name)
+            info = TopicInfo(name, uuid.uuid4(), num_partitions, dict(configs), internal or name in INTERNAL_TOPICS)
+            await self._persist([*self._topics.values(), info], self._broker_configs)
+            self._topics[name] = info
+            self._by_id[info.topic_id] = info
+            self._notify("created", info)
+            return info
 
     async def delete_topic(self, name: str) -> TopicInfo:
-        info = self._topics.pop(name, None)
-        if info is None:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        self._by_id.pop(info.topic_id, None)
-        self._save()
-        self._notify("deleted", info)
-        return info
+        async with self._lock:
+            info = self._topics.get(name)
+            if info is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            await self._persist([t for t in self._topics.values() if t is not info], self._broker_configs)
+            del self._topics[name]
+            self._by_id.pop(info.topic_id, None)
+            self._notify("deleted", info)
+            return info
 
     async def add_partitions(self, name: str, total: int) -> TopicInfo:
-        info = self._topics[name]
-        info.num_partitions = total
-        self._save()
-        self._notify("partitions", info)
-        return info
+        async with self._lock:
+            info = self._existing(name)
+            if total <= info.num_partitions:
+                raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                                 f"Topic currently has {info.num_partitions} partitions, which is higher than or "
+                                 f"equal to the requested {total}.")
+            await self._persist(self._with(dataclasses.replace(info, num_partitions=total)), self._broker_configs)
+            info.num_partitions = total
+            self._notify("partitions", info)
+            return info
 
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
-        info = self._topics[name]
-        info.configs = dict(configs)
-        self._save()
-        self._notify("configs", info)
+        async with self._lock:
+            info = self._existing(name)
+            await self._persist(self._with(dataclasses.replace(info, configs=dict(configs))), self._broker_configs)
+            info.configs = dict(configs)
+            self._notify("configs", info)
+            return info
+
+    def _existing(self, name: str) -> TopicInfo:
+        info = self._topics.get(name)
+        if info is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
         return info
+
+    def _with(self, changed: TopicInfo) -> list[TopicInfo]:
+        return [changed if t.name == changed.name else t for t in self._topics.values()]
 
     def broker_dynamic_configs(self) -> dict[str, str]:
         return dict(self._broker_configs)
 
     async def set_broker_dynamic_configs(self, configs: dict[str, str]) -> None:
-        self._broker_configs = dict(configs)
-        self._save()
+        async with self._lock:
+            await self._persist(self._topics.values(), dict(configs))
+            self._broker_configs = dict(configs)
 
 
 def _new_cluster_id() -> str:

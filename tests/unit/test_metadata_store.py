@@ -58,3 +58,71 @@ def test_incremental_config_ops():
     assert "retention.ms" not in _apply_ops(cur, [("retention.ms", DELETE, None)], lists)
     assert _apply_ops(cur, [("cleanup.policy", APPEND, "compact")], lists)["cleanup.policy"] == "delete,compact"
     assert _apply_ops(cur, [("cleanup.policy", SUBTRACT, "delete")], lists)["cleanup.policy"] == ""
+
+
+def test_changes_are_written_off_the_loop_before_they_become_visible(tmp_path, monkeypatch):
+    """The metadata file's fsyncs run in an executor; while one is under way the change is not
+    yet visible, and a second create of the same name waits and gets TOPIC_ALREADY_EXISTS."""
+    import threading
+
+    import broker.metadata as md
+
+    store = LocalMetadataStore(tmp_path, BrokerInfo(1, "h", 1))
+    loop_thread = threading.get_ident()
+    writers: list[int] = []
+    real = md.atomic_write_bytes
+
+    def recording(path, data):  # noqa: ANN001, ANN202
+        writers.append(threading.get_ident())
+        real(path, data)
+
+    monkeypatch.setattr(md, "atomic_write_bytes", recording)
+
+    async def scenario():  # noqa: ANN202
+        first = asyncio.create_task(store.create_topic("t", 2, {}))
+        second = asyncio.create_task(store.create_topic("t", 3, {}))
+        await asyncio.sleep(0)  # the first is now writing
+        assert store.get_topic("t") is None
+        info = await first
+        with pytest.raises(KafkaError) as e:
+            await second
+        assert e.value.code == ErrorCode.TOPIC_ALREADY_EXISTS
+        return info
+
+    info = asyncio.run(scenario())
+    assert writers and loop_thread not in writers
+    assert store.get_topic("t") is info and info.num_partitions == 2
+    assert LocalMetadataStore(tmp_path, BrokerInfo(1, "h", 1)).get_topic("t").num_partitions == 2
+
+
+def test_a_failed_write_changes_nothing(tmp_path, monkeypatch):
+    import broker.metadata as md
+
+    store = LocalMetadataStore(tmp_path, BrokerInfo(1, "h", 1))
+    asyncio.run(store.create_topic("t", 1, {"retention.ms": "5"}))
+    events = []
+    store.add_listener(lambda ev, info: events.append(ev))
+
+    def failing(path, data):  # noqa: ANN001, ANN202
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(md, "atomic_write_bytes", failing)
+    for change in (store.create_topic("u", 1, {}), store.add_partitions("t", 4),
+                   store.set_topic_configs("t", {"retention.ms": "9"}), store.delete_topic("t")):
+        with pytest.raises(KafkaError) as e:
+            asyncio.run(change)
+        assert e.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    t = store.get_topic("t")
+    assert store.get_topic("u") is None and t is not None
+    assert t.num_partitions == 1 and t.configs == {"retention.ms": "5"} and events == []
+
+
+def test_add_partitions_rechecks_the_count(tmp_path):
+    store = LocalMetadataStore(tmp_path, BrokerInfo(1, "h", 1))
+    asyncio.run(store.create_topic("t", 3, {}))
+    with pytest.raises(KafkaError) as e:
+        asyncio.run(store.add_partitions("t", 3))
+    assert e.value.code == ErrorCode.INVALID_PARTITIONS
+    with pytest.raises(KafkaError) as e:
+        asyncio.run(store.set_topic_configs("nope", {}))
+    assert e.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

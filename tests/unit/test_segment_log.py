@@ -413,6 +413,31 @@ def test_start_truncation_writes_epoch_checkpoint_unsynced_and_the_flusher_syncs
     assert Log.open(tmp_path / "t-0", LogConfig()).leader_epoch_entries == [(0, start)]
 
 
+def test_first_epoch_of_an_empty_log_is_written_unsynced_and_a_later_one_synced(
+    tmp_path: Path, fsyncs: list[int]
+) -> None:
+    """Creating a topic assigns epoch 0 to each new, empty partition: no fsync on the loop for
+    that; the flusher syncs it. A new epoch on a log that holds data stays synced, as Kafka."""
+    lg = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=500))
+    fsyncs.clear()
+    lg.assign_leader_epoch(0, 0)
+    assert fsyncs == [] and lg._epoch_file.read() == [(0, 0)]
+    assert lg.flush_target(10_000) == lg.recovery_point == 0
+    plan = lg.plan_flush(lg.flush_target(10_000))
+    assert plan is not None and plan.files == [(-1, lg._epoch_file.path)] and plan.dir == lg.dir
+    plan.sync()
+    lg.complete_flush(plan)
+    assert lg.flush_target(10_000) is None
+    append(lg, 3)
+    fsyncs.clear()
+    lg.assign_leader_epoch(1, lg.log_end_offset)
+    assert len(fsyncs) == 2  # the file and its dir, at once
+    assert lg._epoch_file.read() == [(0, 0), (1, 3)]
+    append(lg, 1, epoch=1)  # (an epoch with no batch is dropped at load, as in Kafka)
+    lg.close()
+    assert Log.open(tmp_path / "t-0", LogConfig()).leader_epoch_entries == [(0, 0), (1, 3)]
+
+
 def test_recovery_point_never_moves_backwards(tmp_path: Path) -> None:
     lg = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=500))
     while len(lg.segments) < 3:
