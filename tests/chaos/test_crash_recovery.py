@@ -345,7 +345,11 @@ def test_kill9_during_compaction_keeps_a_consistent_log(broker_factory):
     for cycle in range(4):
         p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 0})
         records = [(b"key%03d" % (i % 300), b"c%d-%d-" % (cycle, i) + b"x" * 100) for i in range(2500)]
-        records.append((b"roll%d" % cycle, b"r" * 15000))
+        # The last record's batch (~16,360 bytes) cannot share a 16 KiB segment with any other
+        # batch, so it always starts the active segment and the cleaner can clean everything
+        # before it. (With a 15,000-byte value it fitted behind a few 1-record batches when the
+        # client sent one record per request, and the checkpoint never reached it.)
+        records.append((b"roll%d" % cycle, b"r" * 16280))
         got: list[int] = []
 
         def on_delivery(err: object, m: object, got: list[int] = got) -> None:
@@ -364,6 +368,7 @@ def test_kill9_during_compaction_keeps_a_consistent_log(broker_factory):
             produced[off] = rec
             latest[rec[0]] = off
         end = max(got) + 1
+        assert (part_dir / f"{end - 1:020d}.log").exists(), "the roll record did not start a segment"
         before = _cleaner_checkpoint(broker.data_dir, topic)
         # kill once the cleaner is at work (its .cleaned output exists), at a varying point after
         deadline = time.monotonic() + 30
