@@ -37,7 +37,7 @@ serve: $(STAMP)
 	$(VENV)/bin/kbroker serve config/server.properties
 
 test: install-test
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=20
 
 test-all: install-test
 	$(PY) -m pytest -q -m ''

@@ -63,6 +63,9 @@ def _rig(broker_factory, topic: str, *, seed: int, **faults: float) -> Rig:
     port = free_port()
     # Armed once a producer id was handed out: the faults are aimed at the idempotent produce path.
     proxy = FaultProxy(f"127.0.0.1:{port}", seed=seed, arm_after_api=INIT_PRODUCER_ID, **faults)
+    while proxy.port == port:  # the proxy's own port 0 bind may get the port just released
+        port = free_port()
+        proxy.upstream = ("127.0.0.1", port)
     broker = broker_factory({"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}"}, port=port)
     proxy.start()
     _create_topic(broker.bootstrap, topic)

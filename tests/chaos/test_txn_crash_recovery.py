@@ -158,7 +158,7 @@ def _consume_committed(bootstrap: str, ends: dict[int, int]) -> list[bytes]:
         tps = [TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)]
         c.assign(tps)
         out: list[bytes] = []
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             for m in c.consume(100, timeout=0.2):
                 assert m.error() is None, m.error()

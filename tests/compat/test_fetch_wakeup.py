@@ -1,7 +1,8 @@
 """A Fetch parked at the log end is answered by the next append, not by its max-wait timer.
 
-Both checks use fetch.wait.max.ms / max_wait_ms = 5000 and require delivery in under 2.5 s: a broker
-that only answers when the wait expires fails them. The upper bound is the behaviour under test.
+Both checks use fetch.wait.max.ms / max_wait_ms = 20000 and require delivery in under 8 s: a broker
+that only answers when the wait expires fails them. The upper bound is the behaviour under test; the
+gap between the two leaves room for a slow machine's stalls.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from tests.compat.scenario import make_records
 from tests.helpers import RawConnection
 
 TOPIC = "wakeup"
-MAX_WAIT_MS = 5000
-BOUND_S = 2.5
+MAX_WAIT_MS = 20000
+BOUND_S = 8.0
 
 
 def _producer(bootstrap: str) -> Producer:
@@ -39,13 +40,13 @@ def test_parked_consumer_gets_new_record_promptly(broker):
         assert c.consume(num_messages=10, timeout=1.0) == []  # now parked in a long-poll Fetch
         latencies = []
         # After the first round the consumer's next Fetch starts right after the previous delivery, so
-        # rounds 2 and 3 produce early in a fresh 5 s wait: only a wake-up on append answers them quickly.
+        # rounds 2 and 3 produce early in a fresh 20 s wait: only a wake-up on append answers them quickly.
         for i in range(3):
             time.sleep(0.2)
             t0 = time.monotonic()
             _send_one(p, b"round-%d" % i)
             msgs = []
-            while not msgs and time.monotonic() - t0 < 10:
+            while not msgs and time.monotonic() - t0 < MAX_WAIT_MS / 1000 + 10:
                 msgs = [m for m in c.consume(num_messages=10, timeout=0.1) if m.error() is None]
             latencies.append(time.monotonic() - t0)
             assert [m.value() for m in msgs] == [b"round-%d" % i]

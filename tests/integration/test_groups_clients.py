@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 6
 SESSION_MS = 6000
 SETTLE_S = 30  # upper bound for any wait; a settled group is normally reached in ~1-4 s
-REBALANCE_S = 20  # bound for the rebalance after a join or a leave to settle (normally 1-4 s)
+REBALANCE_S = 45  # bound for the rebalance after a join or a leave to settle (normally 1-4 s)
 OVERRIDES = {"offsets.topic.num.partitions": "3", "group.initial.rebalance.delay.ms": "0"}
 _ids = itertools.count()
 
@@ -510,7 +510,8 @@ def test_sigkilled_member_evicted_after_session_timeout(broker_factory) -> None:
         t0 = time.monotonic()
         poll_until([local], lambda: len(local.owned) == PARTITIONS, "the survivor taking everything")
         waited = time.monotonic() - t0
-        assert waited >= SESSION_MS / 1000 - 1.5, f"evicted after {waited:.1f}s, before the session timeout"
+        # (the last heartbeat may precede the kill by a starved member's stall: allow 3 s for it)
+        assert waited >= SESSION_MS / 1000 - 3, f"evicted after {waited:.1f}s, before the session timeout"
     finally:
         remote.kill()
         local.c.close()

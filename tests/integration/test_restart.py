@@ -13,7 +13,7 @@ def _consume_all(bootstrap: str, topic: str, partitions: int, expected: int) -> 
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     out = []
     idle = 0
-    while len(out) < expected and idle < 20:
+    while len(out) < expected and idle < 120:  # up to 60 s without a record (a slow restart)
         msgs = c.consume(1000, timeout=0.5)
         idle = 0 if msgs else idle + 1
         for m in msgs:

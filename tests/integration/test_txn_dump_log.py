@@ -51,7 +51,9 @@ def dump(*files: Path) -> str:
 def test_dump_log_shows_transaction_records_markers_and_txnindex(broker):
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(TIMEOUT)
-    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": TID})
+    # a long linger keeps the two committed records in one batch even if this thread stalls between
+    # them (commit_transaction and flush send at once regardless)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": TID, "linger.ms": 1000})
     p.init_transactions(TIMEOUT)
     p.begin_transaction()
     p.produce(TOPIC, value=b"committed-0", partition=0)

@@ -46,17 +46,33 @@ def last_stable_offset(admin: AdminClient) -> int:
     return res[tp].result(TIMEOUT).offset
 
 
+def _take(msgs: list, got: list[bytes], eof: bool = False) -> bool:
+    """Append the records' values to ``got``; returns whether the reader is at partition EOF
+    (``eof`` before these messages, updated by them: an EOF after the last record)."""
+    for m in msgs:
+        if m.error() is None:
+            got.append(m.value())
+            eof = False
+        elif m.error().code() == KafkaError._PARTITION_EOF:
+            eof = True
+        else:
+            raise AssertionError(m.error())
+    return eof
+
+
 def test_killed_producer_is_aborted_after_its_timeout(broker_factory):
     broker = broker_factory(OVERRIDES)
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(TIMEOUT)
 
+    # Taken before the child starts: its transaction's timeout runs from a later instant (its
+    # AddPartitionsToTxn), so "less than the timeout since t0" means it cannot have expired yet.
+    t0 = time.monotonic()
     child = subprocess.Popen([sys.executable, "-c", CHILD, broker.bootstrap, TOPIC, "doomed", str(TXN_TIMEOUT_MS)],
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "READY"
-        produced_at = time.monotonic()
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()
@@ -74,25 +90,19 @@ def test_killed_producer_is_aborted_after_its_timeout(broker_factory):
                   "enable.partition.eof": True})
     try:
         c.assign([TopicPartition(TOPIC, 0, 0)])
-        # Only meaningful while the transaction cannot have expired yet (the check is skipped on a
-        # machine slow enough to get here after the timeout, rather than asserting on time).
+        # Only meaningful while the transaction cannot have expired yet: both observations are
+        # made, then checked only if they ended before the timeout could have run out (a machine
+        # slow enough to get here later skips them, rather than asserting on time).
         lso = last_stable_offset(admin)
-        if time.monotonic() - produced_at < TXN_TIMEOUT_MS / 1000 * 0.8:
-            assert lso == 0, "the open transaction should pin the LSO at its first offset"
-            early = [m for m in c.consume(num_messages=100, timeout=0.5) if m.error() is None]
-            assert early == [], "a read_committed consumer must not get past the open transaction"
-
         got: list[bytes] = []
-        eof = False
+        eof = _take(c.consume(num_messages=100, timeout=0.5), got)
+        if time.monotonic() - t0 < TXN_TIMEOUT_MS / 1000:
+            assert lso == 0, "the open transaction should pin the LSO at its first offset"
+            assert got == [], "a read_committed consumer must not get past the open transaction"
+
         deadline = time.monotonic() + ABORT_DEADLINE
         while not (eof and len(got) >= 3) and time.monotonic() < deadline:
-            for m in c.consume(num_messages=100, timeout=0.5):
-                if m.error() is None:
-                    got.append(m.value())
-                elif m.error().code() == KafkaError._PARTITION_EOF:
-                    eof = True
-                else:
-                    raise AssertionError(m.error())
+            eof = _take(c.consume(num_messages=100, timeout=0.5), got, eof)
         assert got == [b"after-0", b"after-1", b"after-2"], \
             f"read_committed got {got} within {ABORT_DEADLINE}s of the kill (coordinator abort missing?)"
         end = c.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=TIMEOUT)[1]

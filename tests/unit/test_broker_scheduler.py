@@ -29,4 +29,4 @@ def test_zero_period_runs_once_instead_of_spinning() -> None:
 
 
 def test_positive_period_repeats() -> None:
-    assert 3 <= asyncio.run(_count_runs(20, 0.3)) <= 20
+    assert 3 <= asyncio.run(_count_runs(20, 1.0)) <= 55  # 50 at most on time; slack for a stalled loop
