@@ -115,6 +115,7 @@ class Broker:
 
     def _init_producer_ids(self) -> None:
         self.producer_ids = ProducerIdManager(self.log_dirs[0] / "kbroker-producer-id-block")
+        self.producer_ids.prefetch()  # the first block is durable before the first InitProducerId, off the loop
 
     def _write_meta_properties(self) -> None:
         for d in self.log_dirs:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+import coordinator.producer_id_manager as pid_module
 from coordinator.producer_id_manager import ProducerIdManager
 
 
@@ -73,3 +77,70 @@ def test_missing_parent_directory_is_created(tmp_path: Path) -> None:
     m = ProducerIdManager(tmp_path / "meta" / "pid-block")
     assert m.generate() == 0
     assert (tmp_path / "meta" / "pid-block").exists()
+
+
+def _block_end(f: Path) -> int:
+    try:
+        return int(json.loads(f.read_text())["block_end"])
+    except FileNotFoundError:
+        return -1
+
+
+async def _until(cond: Callable[[], bool]) -> None:
+    for _ in range(500):
+        if cond():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached in 5 s")
+
+
+def test_next_block_is_prefetched_off_the_loop_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "pid-block"
+    writers: list[threading.Thread] = []
+    real = pid_module.atomic_write_bytes
+    monkeypatch.setattr(pid_module, "atomic_write_bytes",
+                        lambda *a, **kw: (writers.append(threading.current_thread()), real(*a, **kw))[1])
+
+    async def run() -> list[int]:
+        m = ProducerIdManager(f, block_size=10)
+        m.prefetch()  # what the broker does at start
+        await _until(lambda: _block_end(f) == 9)
+        ids = []
+        for i in range(25):
+            ids.append(m.generate())
+            if i % 10 == 8:  # 90% used: the next block is on its way
+                await _until(lambda i=i: _block_end(f) == (i // 10 + 2) * 10 - 1)
+        return ids
+
+    assert asyncio.run(run()) == list(range(25))
+    assert len(writers) == 3 and threading.main_thread() not in writers  # 0-9, 10-19, 20-29
+    assert ProducerIdManager(f, block_size=10).generate() == 30
+
+
+def test_a_burst_past_a_slow_prefetch_never_lowers_the_persisted_block(tmp_path: Path) -> None:
+    f = tmp_path / "pid-block"
+    gate = threading.Event()
+
+    async def run() -> list[int]:
+        m = ProducerIdManager(f, block_size=10)
+        real = m._persist
+
+        def slow_off_loop(start: int, end: int) -> None:
+            if threading.current_thread() is not threading.main_thread():
+                gate.wait(5)
+            real(start, end)
+
+        m._persist = slow_off_loop  # type: ignore[method-assign]
+        m.prefetch()  # claims 0-9, its write held back
+        ids = [m.generate()]  # nothing ready: 10-19 reserved synchronously
+        assert _block_end(f) == 19
+        gate.set()
+        await _until(lambda: m._prefetched == (0, 9))
+        assert _block_end(f) == 19  # the late write of 0-9 did not lower it
+        ids += [m.generate() for _ in range(19)]  # the rest of 10-19, then the prefetched 0-9
+        return ids
+
+    ids = asyncio.run(run())
+    assert sorted(ids) == list(range(20))
+    assert _block_end(f) == 29  # 90% into 0-9 the next block, 20-29, was prefetched
+    assert ProducerIdManager(f, block_size=10).generate() == 30  # after a restart: nothing reused
