@@ -143,6 +143,17 @@ class MetadataStore(ABC):
                 raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                                  f"Topic '{name}' collides with existing topic: {other}")
 
+    def check_partition_increase(self, name: str, total: int) -> TopicInfo:
+        """The topic CreatePartitions would grow to ``total`` partitions, or Kafka's error."""
+        info = self.get_topic(name)
+        if info is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+        if total <= info.num_partitions:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                             f"Topic currently has {info.num_partitions} partitions, which is higher than or "
+                             f"equal to the requested {total}.")
+        return info
+
 
 class LocalMetadataStore(MetadataStore):
     """Single-node metadata persisted as one JSON document (tmp + fsync + rename, in an executor)."""
@@ -244,11 +255,7 @@ class LocalMetadataStore(MetadataStore):
 
     async def add_partitions(self, name: str, total: int) -> TopicInfo:
         async with self._lock:
-            info = self._existing(name)
-            if total <= info.num_partitions:
-                raise KafkaError(ErrorCode.INVALID_PARTITIONS,
-                                 f"Topic currently has {info.num_partitions} partitions, which is higher than or "
-                                 f"equal to the requested {total}.")
+            info = self.check_partition_increase(name, total)  # again: the handler's check was an await ago
             await self._persist(self._with(dataclasses.replace(info, num_partitions=total)), self._broker_configs)
             info.num_partitions = total
             self._notify("partitions", info)
@@ -265,7 +272,7 @@ class LocalMetadataStore(MetadataStore):
     def _existing(self, name: str) -> TopicInfo:
         info = self._topics.get(name)
         if info is None:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
         return info
 
     def _with(self, changed: TopicInfo) -> list[TopicInfo]:

@@ -139,13 +139,7 @@ async def handle_create_partitions(ctx: RequestContext, request) -> CreatePartit
     for t in request.topics:
         code, msg = ErrorCode.NONE, None
         try:
-            info = md.get_topic(t.name)
-            if info is None:
-                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{t.name}' does not exist.")
-            if t.count <= info.num_partitions:
-                raise KafkaError(ErrorCode.INVALID_PARTITIONS,
-                                 f"Topic currently has {info.num_partitions} partitions, which is higher than or "
-                                 f"equal to the requested {t.count}.")
+            info = md.check_partition_increase(t.name, t.count)
             if t.assignments is not None:
                 if len(t.assignments) != t.count - info.num_partitions:
                     raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
