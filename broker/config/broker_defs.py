@@ -1,0 +1,230 @@
+"""Broker config definitions, as data: Kafka's names, types, defaults, validation and dynamic flag.
+
+An entry with ``topic=`` supplies the default of that topic-level config (Kafka's
+ServerTopicConfigSynonyms). kbroker's own extensions carry the ``kbroker.`` prefix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.config.types import INT_MAX, LONG_MAX, ConfigDef
+from broker.config.validators import (
+    GZIP_LEVEL,
+    LZ4_LEVEL,
+    ZSTD_LEVEL,
+    ListenersValidator,
+    NonEmptyList,
+    ProtocolMapValidator,
+    Validator,
+    ValidList,
+    ValidString,
+    at_least,
+    between,
+)
+
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+CLEANUP_POLICIES = ("compact", "delete")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL")  # Python logging names
+
+# Kafka 3.x accepted segment.bytes >= 14 (the v0 record overhead); Kafka 4.0 raised the floor to 1 MiB
+# and added an internal override for tests.  kbroker keeps the 3.x floor: small segments are how
+# roll, retention and compaction get tested without writing gigabytes.
+MIN_SEGMENT_BYTES = 14
+
+
+def _b(name: str, type_: str, default: Any, doc: str, valid: Validator | None = None, *, dynamic: bool = False,
+       topic: str | None = None) -> ConfigDef:
+    if isinstance(default, bool):
+        default = "true" if default else "false"
+    elif default is not None:
+        default = str(default)
+    return ConfigDef(name, type_, default, doc, valid, dynamic, topic)
+
+
+_WEEK_MS = 7 * 24 * 3600 * 1000
+_DAY_MS = 24 * 3600 * 1000
+
+_BROKER_DEFS: list[ConfigDef] = [
+    # --- identity and networking
+    _b("node.id", "int", None, "Id of this node in the cluster; kbroker uses 1 when neither node.id nor broker.id is set.",
+       at_least(-1)),
+    _b("broker.id", "int", -1, "Legacy name of the node id; used when node.id is not set.", at_least(-1)),
+    _b("process.roles", "list", "broker,controller",
+       "Roles this process plays (informational: a kbroker node is always broker and controller).",
+       ValidList(("broker", "controller"))),
+    _b("cluster.id", "string", None,
+       "kbroker extension: cluster id to use; when unset one is generated and stored in meta.properties."),
+    _b("listeners", "list", "PLAINTEXT://127.0.0.1:9092",
+       "Comma-separated NAME://host:port addresses to listen on; an empty host or 0.0.0.0 binds all interfaces.",
+       ListenersValidator()),
+    _b("advertised.listeners", "list", None,
+       "Addresses given to clients in Metadata; defaults to listeners with wildcard hosts replaced by 127.0.0.1.",
+       ListenersValidator()),
+    _b("listener.security.protocol.map", "string",
+       "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+       "Maps each listener name to its security protocol.", ProtocolMapValidator()),
+    _b("socket.request.max.bytes", "int", 104857600, "Largest request frame the server accepts.", at_least(1)),
+    _b("socket.send.buffer.bytes", "int", 102400, "SO_SNDBUF for client sockets; -1 keeps the OS default."),
+    _b("socket.receive.buffer.bytes", "int", 102400, "SO_RCVBUF for client sockets; -1 keeps the OS default."),
+    _b("queued.max.requests", "int", 500, "Requests queued per server before reading from sockets pauses.",
+       at_least(1)),
+    _b("message.max.bytes", "int", 1048588,
+       "Largest record batch (after compression) the broker accepts; topic default for max.message.bytes.",
+       at_least(0), dynamic=True, topic="max.message.bytes"),
+    _b("fetch.max.bytes", "int", 57671680, "Upper bound on the bytes returned for one fetch request.",
+       at_least(1024)),
+    _b("replica.fetch.max.bytes", "int", 1048576, "Bytes a follower tries to fetch per partition.", at_least(0)),
+    _b("max.incremental.fetch.session.cache.slots", "int", 1000, "Number of incremental fetch sessions kept.",
+       at_least(0)),
+    # Accepted so that a stock Kafka server.properties loads without warnings; they do not change
+    # kbroker's behaviour (one event loop per process, no separate controller quorum).
+    _b("controller.listener.names", "list", None,
+       "Listener names used by the KRaft controller; kbroker does not advertise these to clients."),
+    _b("inter.broker.listener.name", "string", None, "Listener used between brokers (defaults to the first listener)."),
+    _b("controller.quorum.voters", "list", "", "KRaft voter set (accepted and ignored: kbroker has no Raft quorum)."),
+    _b("controller.quorum.bootstrap.servers", "list", "",
+       "KRaft controller bootstrap addresses (accepted and ignored)."),
+    _b("num.network.threads", "int", 3, "Network threads in Kafka (accepted and ignored: kbroker uses one event loop).",
+       at_least(1)),
+    _b("num.io.threads", "int", 8, "Request handler threads in Kafka (accepted and ignored).", at_least(1)),
+    _b("num.recovery.threads.per.data.dir", "int", 1, "Threads per data dir for log recovery (accepted and ignored).",
+       at_least(1)),
+    _b("log.cleaner.threads", "int", 1, "Log cleaner threads (kbroker runs cleaning in an executor).", at_least(0)),
+    # --- topics
+    _b("num.partitions", "int", 1, "Partition count for auto-created topics and CreateTopics without a count.",
+       at_least(1)),
+    _b("default.replication.factor", "int", 1, "Replication factor for auto-created topics and CreateTopics without one.",
+       at_least(1)),
+    _b("auto.create.topics.enable", "boolean", True, "Create a topic when a client asks for metadata of an unknown one."),
+    _b("delete.topic.enable", "boolean", True, "Allow DeleteTopics; when false topics cannot be deleted."),
+    _b("min.insync.replicas", "int", 1, "Replicas that must acknowledge an acks=all write.", at_least(1),
+       dynamic=True, topic="min.insync.replicas"),
+    _b("unclean.leader.election.enable", "boolean", False, "Allow an out-of-sync replica to become leader.",
+       dynamic=True, topic="unclean.leader.election.enable"),
+    _b("compression.type", "string", "producer",
+       "Final compression of topic data; 'producer' keeps what the producer sent.",
+       ValidString(COMPRESSION_TYPES), dynamic=True, topic="compression.type"),
+    _b("compression.gzip.level", "int", -1, "Gzip level used when compression.type is gzip.", GZIP_LEVEL,
+       dynamic=True, topic="compression.gzip.level"),
+    _b("compression.lz4.level", "int", 9, "LZ4 level used when compression.type is lz4.", LZ4_LEVEL,
+       dynamic=True, topic="compression.lz4.level"),
+    _b("compression.zstd.level", "int", 3, "Zstd level used when compression.type is zstd.", ZSTD_LEVEL,
+       dynamic=True, topic="compression.zstd.level"),
+    # --- log storage
+    _b("log.dirs", "list", None, "Directories holding partition data; overrides log.dir.", NonEmptyList()),
+    _b("log.dir", "list", "./data", "Data directory used when log.dirs is not set.", NonEmptyList()),
+    _b("log.segment.bytes", "int", 1073741824, "Size at which a log segment is rolled.",
+       at_least(MIN_SEGMENT_BYTES), dynamic=True, topic="segment.bytes"),
+    _b("log.roll.ms", "long", None, "Time after which a segment is rolled; overrides log.roll.hours.", at_least(1),
+       dynamic=True, topic="segment.ms"),
+    _b("log.roll.hours", "int", 168, "Hours after which a segment is rolled (used when log.roll.ms is unset).",
+       at_least(1), topic="segment.ms"),
+    _b("log.roll.jitter.ms", "long", None, "Random jitter subtracted from the roll time; overrides log.roll.jitter.hours.",
+       at_least(0), dynamic=True, topic="segment.jitter.ms"),
+    _b("log.roll.jitter.hours", "int", 0, "Roll jitter in hours (used when log.roll.jitter.ms is unset).", at_least(0),
+       topic="segment.jitter.ms"),
+    _b("log.retention.ms", "long", None,
+       "Time to keep a segment before deleting it; -1 keeps forever. Wins over minutes and hours.",
+       at_least(-1), dynamic=True, topic="retention.ms"),
+    _b("log.retention.minutes", "int", None, "Retention in minutes; used when log.retention.ms is unset.",
+       topic="retention.ms"),
+    _b("log.retention.hours", "int", 168, "Retention in hours; used when ms and minutes are unset.",
+       topic="retention.ms"),
+    _b("log.retention.bytes", "long", -1, "Maximum partition size before old segments are deleted; -1 is unlimited.",
+       dynamic=True, topic="retention.bytes"),
+    _b("log.retention.check.interval.ms", "long", 300000, "How often segments are checked for deletion.",
+       at_least(1)),
+    _b("log.segment.delete.delay.ms", "long", 60000, "Delay before a deleted segment's files are removed.",
+       at_least(0), dynamic=True, topic="file.delete.delay.ms"),
+    _b("log.index.interval.bytes", "int", 4096, "Bytes of log between offset index entries.", at_least(0),
+       dynamic=True, topic="index.interval.bytes"),
+    _b("log.index.size.max.bytes", "int", 10485760, "Maximum size of an offset index file.", at_least(4),
+       dynamic=True, topic="segment.index.bytes"),
+    _b("log.preallocate", "boolean", False, "Preallocate segment files at their full size.", dynamic=True,
+       topic="preallocate"),
+    _b("log.flush.interval.messages", "long", LONG_MAX, "Messages appended before a partition is fsynced.",
+       at_least(1), dynamic=True, topic="flush.messages"),
+    _b("log.flush.interval.ms", "long", None,
+       "Max time data may sit unflushed; falls back to log.flush.scheduler.interval.ms.", dynamic=True,
+       topic="flush.ms"),
+    _b("log.flush.scheduler.interval.ms", "long", LONG_MAX, "How often the flusher checks whether logs need fsync.",
+       topic="flush.ms"),
+    _b("log.flush.offset.checkpoint.interval.ms", "int", 60000,
+       "How often the recovery-point checkpoint file is written.", at_least(0)),
+    _b("log.flush.start.offset.checkpoint.interval.ms", "int", 60000,
+       "How often the log-start-offset checkpoint file is written.", at_least(0)),
+    _b("log.cleanup.policy", "list", "delete", "Default cleanup policy: delete, compact, or both.",
+       ValidList(CLEANUP_POLICIES), dynamic=True, topic="cleanup.policy"),
+    _b("log.cleaner.enable", "boolean", True, "Run the log cleaner (needed for compacted topics)."),
+    _b("log.cleaner.backoff.ms", "long", 15000, "Sleep between cleaner passes when nothing is cleanable.",
+       at_least(0), dynamic=True),
+    _b("log.cleaner.delete.retention.ms", "long", _DAY_MS, "How long tombstones are kept on compacted topics.",
+       at_least(0), dynamic=True, topic="delete.retention.ms"),
+    _b("log.cleaner.min.cleanable.ratio", "double", 0.5, "Dirty/total ratio that makes a log eligible for cleaning.",
+       between(0, 1), dynamic=True, topic="min.cleanable.dirty.ratio"),
+    _b("log.cleaner.min.compaction.lag.ms", "long", 0, "Minimum age before a record may be compacted.",
+       at_least(0), dynamic=True, topic="min.compaction.lag.ms"),
+    _b("log.cleaner.max.compaction.lag.ms", "long", LONG_MAX, "Maximum time a record stays ineligible for compaction.",
+       at_least(1), dynamic=True, topic="max.compaction.lag.ms"),
+    _b("log.message.timestamp.type", "string", "CreateTime",
+       "Whether batch timestamps are the producer's (CreateTime) or the append time (LogAppendTime).",
+       ValidString(TIMESTAMP_TYPES), dynamic=True, topic="message.timestamp.type"),
+    _b("log.message.timestamp.before.max.ms", "long", LONG_MAX,
+       "How far in the past a CreateTime timestamp may be before the batch is rejected.", at_least(0),
+       dynamic=True, topic="message.timestamp.before.max.ms"),
+    _b("log.message.timestamp.after.max.ms", "long", LONG_MAX,
+       "How far in the future a CreateTime timestamp may be before the batch is rejected.", at_least(0),
+       dynamic=True, topic="message.timestamp.after.max.ms"),
+    _b("log.message.downconversion.enable", "boolean", True,
+       "Allow down-conversion for old fetch versions (kbroker serves v2 batches only).", dynamic=True,
+       topic="message.downconversion.enable"),
+    # --- group coordinator / __consumer_offsets
+    _b("offsets.topic.num.partitions", "int", 50, "Partitions of __consumer_offsets (fixed once created).",
+       at_least(1)),
+    _b("offsets.topic.replication.factor", "short", 3,
+       "Replication factor of __consumer_offsets (capped at the live broker count by kbroker).", at_least(1)),
+    _b("offsets.topic.segment.bytes", "int", 104857600, "Segment size of __consumer_offsets.", at_least(1)),
+    _b("offsets.retention.minutes", "int", 10080, "How long committed offsets of an empty group are kept.",
+       at_least(1)),
+    _b("offsets.retention.check.interval.ms", "long", 600000, "How often stale offsets are looked for.",
+       at_least(1)),
+    _b("offsets.commit.timeout.ms", "int", 5000, "Time an offset commit waits for its write to be replicated.",
+       at_least(1)),
+    _b("group.initial.rebalance.delay.ms", "int", 3000,
+       "Delay before the first rebalance of a new group, to let more members join.", at_least(0)),
+    _b("group.min.session.timeout.ms", "int", 6000, "Smallest session timeout a classic group member may ask for."),
+    _b("group.max.session.timeout.ms", "int", 1800000, "Largest session timeout a classic group member may ask for."),
+    _b("group.max.size", "int", INT_MAX, "Maximum members in one classic group.", at_least(1)),
+    _b("group.consumer.heartbeat.interval.ms", "int", 5000, "Heartbeat interval for consumer-protocol groups.",
+       at_least(1)),
+    _b("group.consumer.session.timeout.ms", "int", 45000, "Session timeout for consumer-protocol groups.",
+       at_least(1)),
+    # --- transaction coordinator / __transaction_state / producer state
+    _b("transaction.state.log.num.partitions", "int", 50, "Partitions of __transaction_state (fixed once created).",
+       at_least(1)),
+    _b("transaction.state.log.replication.factor", "short", 3,
+       "Replication factor of __transaction_state (capped at the live broker count by kbroker).", at_least(1)),
+    _b("transaction.state.log.min.isr", "int", 2, "min.insync.replicas of __transaction_state.", at_least(1)),
+    _b("transaction.state.log.segment.bytes", "int", 104857600, "Segment size of __transaction_state.",
+       at_least(1)),
+    _b("transaction.max.timeout.ms", "int", 900000, "Largest transaction timeout a producer may request.",
+       at_least(1)),
+    _b("transactional.id.expiration.ms", "int", _WEEK_MS,
+       "Idle time after which a transactional id's state is expired.", at_least(1)),
+    _b("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000,
+       "How often timed-out transactions are looked for and aborted.", at_least(1)),
+    _b("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000,
+       "How often expired transactional ids are removed.", at_least(1)),
+    _b("producer.id.expiration.ms", "int", _DAY_MS,
+       "Idle time after which a partition forgets an idempotent producer's state.", at_least(1), dynamic=True),
+    _b("producer.id.expiration.check.interval.ms", "int", 600000, "How often expired producer ids are removed.",
+       at_least(1)),
+    # --- kbroker extensions
+    _b("kbroker.log.level", "string", "INFO", "kbroker extension: level of the broker's own logging.",
+       ValidString(LOG_LEVELS, case_insensitive=True), dynamic=True),
+]
+
+BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS}
+
