@@ -120,8 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     dl.set_defaults(func=cmd_dump_log)
 
     for name, module, text in (
-        ("groups", "broker.groups_cli", "consumer groups: list | describe G | reset-offsets G ..."),
-        ("transactions", "broker.transactions_cli", "transactions: list | describe ID | abort ..."),
+        ("groups", "cli.groups", "consumer groups: list | describe G | reset-offsets G ..."),
+        ("transactions", "cli.transactions", "transactions: list | describe ID | abort ..."),
     ):
         p = sub.add_parser(name, help=text, add_help=False)
         p.add_argument("rest", nargs=argparse.REMAINDER)
@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_DELEGATED = {"groups": "broker.groups_cli", "transactions": "broker.transactions_cli"}
+_DELEGATED = {"groups": "cli.groups", "transactions": "cli.transactions"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,7 @@ import time
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from broker.groups_cli import main
+from cli.groups import main
 from tests.integration.test_groups_clients import produce, unique
 
 OVERRIDES = {"offsets.topic.num.partitions": "3"}

@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from broker import groups_cli
+from cli import groups as groups_cli
 from tests.integration.test_groups_clients import assert_exact_cover, covered, produce, unique
 
 PARTITIONS = 6

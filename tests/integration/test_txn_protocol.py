@@ -4,7 +4,7 @@ Invalid requests must get Kafka's error codes and change nothing; the admin view
 DescribeTransactions, DescribeProducers), FindCoordinator(TRANSACTION), read_committed Fetch with its
 aborted-transaction list and ListOffsets at the LSO are checked against what Apache Kafka answers
 (TransactionCoordinator / TransactionMetadata / KafkaApis). Also tests ``kbroker transactions``
-(broker/transactions_cli.py).
+(cli/transactions.py).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from kafka.protocol.producer import (
     TxnOffsetCommitRequest,
 )
 
-from broker import transactions_cli
+from cli import transactions as transactions_cli
 from protocol.client import ProtocolClient
 from protocol.errors import ErrorCode as E
 from storage.batch import build_batch, decode_records, iter_headers
@@ -683,7 +683,7 @@ async def test_list_offsets_and_fetch_stop_at_lso_while_transaction_open(broker)
         assert [h.base_offset for h, _ in batches_of(f.records)] == [0, 2, 5, 6]
 
 
-# --- kbroker transactions (broker/transactions_cli.py) ---------------------------------------------------
+# --- kbroker transactions (cli/transactions.py) ---------------------------------------------------
 
 
 def _cli(broker, *args: str) -> tuple[int, str]:
@@ -745,13 +745,13 @@ async def test_cli_abort_with_explicit_producer(broker):
 
 
 def test_cli_subprocess_json_and_errors(broker):
-    """`python -m broker.transactions_cli` runs standalone; --json gives machine-readable output; the
+    """`python -m cli.transactions` runs standalone; --json gives machine-readable output; the
     options may also follow the subcommand (as `kbroker transactions list --bootstrap-server H:P`)."""
-    cmd = [sys.executable, "-m", "broker.transactions_cli", "--bootstrap-server", broker.bootstrap]
+    cmd = [sys.executable, "-m", "cli.transactions", "--bootstrap-server", broker.bootstrap]
     r = subprocess.run([*cmd, "list", "--json"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == []
-    r = subprocess.run([sys.executable, "-m", "broker.transactions_cli", "describe", "nope", "--bootstrap-server",
+    r = subprocess.run([sys.executable, "-m", "cli.transactions", "describe", "nope", "--bootstrap-server",
                         broker.bootstrap], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "TRANSACTIONAL_ID_NOT_FOUND" in r.stderr
     r = subprocess.run([*cmd, "abort", "--topic", "x", "--partition", "0"], cwd=REPO_ROOT, capture_output=True,

@@ -238,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--coordinator-epoch", type=int)
     a.add_argument("--start-offset", type=int)
     # --bootstrap-server and --json are accepted after the subcommand too (`kbroker transactions list
-    # --bootstrap-server H:P`), which is also the form broker/cli.py can pass through.
+    # --bootstrap-server H:P`), which is also the form the kbroker entry point can pass through.
     for p in sub.choices.values():
         p.add_argument("--bootstrap-server", type=_split, default=argparse.SUPPRESS, metavar="HOST:PORT",
                        help="broker to start from (default localhost:9092)")
