@@ -153,6 +153,9 @@ class GroupsTool:
                 owners[tp] = (m.member_id, m.client_host, m.client_id)
             members.append((m.member_id, m.group_instance_id or "-", m.client_id, m.client_host, _fmt_parts(parts)))
         committed = await self.committed(group, coord)
+        if state == "Dead" and not members and not committed:
+            # Neither protocol knows the group (Kafka's tool fails with GroupIdNotFoundException here).
+            raise CliError(f"Consumer group '{group}' does not exist.")
         partitions = sorted(set(committed) | set(owners))
         ends = await self.list_offsets(partitions, LATEST)
         self.out.write(f"Group {group} ({kind}) is {state}" + (f", protocol {protocol}" if protocol else "") +
@@ -252,6 +255,10 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--to-offset", type=int)
     how.add_argument("--to-datetime", help="ISO-8601, e.g. 2024-01-31T12:00:00Z")
     r.add_argument("--execute", action="store_true", help="commit (otherwise only print the plan)")
+    # Like Kafka's tools, --bootstrap-server may also follow the subcommand (`kbroker groups list
+    # --bootstrap-server H:P`).
+    for action in sub.choices.values():
+        action.add_argument("--bootstrap-server", default=argparse.SUPPRESS, help="broker to start from")
     return p
 
 
@@ -280,7 +287,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     try:
         return asyncio.run(_run(args, out or sys.stdout))
     except (CliError, OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"kbroker groups {args.command}: {e}", file=sys.stderr)
         return 1
 
 

@@ -59,3 +59,15 @@ def test_groups_cli_describe_list_reset(broker_factory) -> None:
     run(*bs, "reset-offsets", group, "--topic", topic, "--to-datetime", "2000-01-01T00:00:00Z", "--execute")
     rows = [ln.split() for ln in run(*bs, "describe", group).splitlines() if ln.startswith(group)]
     assert [r[3] for r in rows] == ["0"] * 6
+
+
+def test_groups_cli_bootstrap_after_subcommand_and_unknown_group_fails(broker, capsys) -> None:
+    """`--bootstrap-server` is accepted after the subcommand too, and describing a group that does not
+    exist prints one line and exits non-zero (both were rough edges: rejected usage, exit 0)."""
+    listed = io.StringIO()
+    assert main(["list", "--bootstrap-server", broker.bootstrap], listed) == 0
+    assert "GROUP" in listed.getvalue()
+    missing = unique("nosuchgroup")
+    assert main(["describe", missing, "--bootstrap-server", broker.bootstrap], io.StringIO()) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"kbroker groups describe: Consumer group '{missing}' does not exist."]
