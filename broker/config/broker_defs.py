@@ -70,6 +70,12 @@ _BROKER_DEFS: list[ConfigDef] = [
     _b("socket.receive.buffer.bytes", "int", 102400, "SO_RCVBUF for client sockets; -1 keeps the OS default."),
     _b("queued.max.requests", "int", 500, "Requests queued per server before reading from sockets pauses.",
        at_least(1)),
+    _b("queued.max.request.bytes", "long", 268435456,
+       "Upper bound on the memory of requests being read and queued; reading from sockets pauses while it is "
+       "reached. Kafka's default is -1 (unbounded); kbroker defaults to 256 MiB. -1 = unbounded.", at_least(-1)),
+    _b("connections.max.idle.ms", "long", 600000,
+       "Close connections that have had no request in flight and no bytes received or sent for this long.",
+       at_least(1)),
     _b("message.max.bytes", "int", 1048588,
        "Largest record batch (after compression) the broker accepts; topic default for max.message.bytes.",
        at_least(0), dynamic=True, topic="max.message.bytes"),
