@@ -1,0 +1,384 @@
+"""Record-level validation of v2 batches, as Kafka's LogValidator does before an append.
+
+The produce path calls `validate_records` after the batch header and CRC check (storage.batch)
+and before anything is appended; `kbroker dump-log --deep-verify` calls it on stored batches.
+A CRC only proves the bytes arrived as the client sent them; this proves consumers can decode
+them: every record's framing (length varint, attributes, timestamp delta, offset delta,
+key/value lengths, header count and headers) is walked, the number of records must equal the
+header's record count with no bytes left over, and record i must carry offset delta i.
+
+Compressed batches are decompressed with the codec libraries the cleaner uses (zlib for gzip,
+python-snappy, lz4.frame, zstandard), in bounded steps, and rejected as soon as the output
+passes ``max_decompressed`` bytes, so a small zstd frame cannot expand to gigabytes. The output
+(at most that cap) is held while it is walked: validation runs synchronously on the event loop,
+so at most one such buffer exists per broker process at a time.
+
+Uncompressed batches are walked in place over the request buffer; the walk builds no Python
+object per record (a tight loop over integer indices, 1-byte varints inlined).
+
+Errors, following Kafka:
+- framing, record count and offset deltas -> `InvalidRecordError` (INVALID_RECORD; Kafka's
+  InvalidRecordException, with its messages);
+- unknown codec (attributes 5-7) and payloads that fail to decompress, or decompress past the
+  cap -> `CorruptRecordsError` (CORRUPT_MESSAGE). Kafka lets an IllegalArgumentException /
+  KafkaException escape here and answers UNKNOWN_SERVER_ERROR; CORRUPT_MESSAGE says what is wrong.
+- keyless records in a compacted topic -> `InvalidRecordError` with ``record_errors``
+  (batch index, message) for each of them; the whole batch fails.
+Deviation: Kafka rewrites (recompresses) a compressed batch whose offset deltas are not 0..n-1
+and stores uncompressed ones as they are; kbroker never rewrites batches, so it rejects them.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import zlib
+
+from storage import batch as B
+
+CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD = 0, 1, 2, 3, 4
+
+# Decompressed bytes allowed per batch: max(64 MiB, 32 x the batch size limit). Kafka has no such
+# limit; 32x covers the compression ratios of real (even very repetitive) payloads at the
+# default max.message.bytes, while one request can cost at most this much memory and walk time.
+MIN_DECOMPRESSED_CAP = 64 << 20
+DECOMPRESSED_CAP_RATIO = 32
+# Decompression step: output is produced and counted in pieces of this size.
+_CHUNK = 1 << 20
+
+
+class InvalidRecordError(ValueError):
+    """A batch's records are malformed or refused (Kafka: INVALID_RECORD)."""
+
+    def __init__(self, message: str, record_errors: list[tuple[int, str]] | None = None) -> None:
+        super().__init__(message)
+        self.record_errors = record_errors or []
+
+
+class CorruptRecordsError(B.InvalidBatchError):
+    """A batch's records cannot be decompressed (Kafka: CORRUPT_MESSAGE)."""
+
+
+def decompressed_cap(max_message_bytes: int) -> int:
+    return max(MIN_DECOMPRESSED_CAP, DECOMPRESSED_CAP_RATIO * max_message_bytes)
+
+
+def validate_records(buf: bytes | bytearray | memoryview, header: B.BatchHeader, *,
+                     compacted_tp: str | None = None,
+                     max_decompressed: int = MIN_DECOMPRESSED_CAP) -> None:
+    """Check the records of the batch ``header`` (parsed from ``buf``, CRC already checked).
+
+    ``compacted_tp``: the "topic-partition" name when the topic is compacted (records need keys).
+    """
+    start = header.position + B.HEADER_SIZE
+    end = header.position + header.size
+    count = header.records_count
+    if count < 0:
+        raise InvalidRecordError(f"Found invalid record count {count} in magic v2 batch")
+    codec = header.attributes & B.COMPRESSION_MASK
+    if codec == CODEC_NONE:
+        data = buf
+    else:
+        data = decompress(codec, memoryview(buf)[start:end], max_decompressed)
+        start, end = 0, len(data)
+    keyless = walk_records(data, start, end, count, compacted_tp is not None)
+    if keyless:
+        msg = f"Compacted topic cannot accept message without key in topic partition {compacted_tp}."
+        errors = [(i, msg) for i in keyless]
+        raise InvalidRecordError(
+            f"One or more records have been rejected due to {len(errors)} record errors in total, and only "
+            f"showing the first three errors at most: {errors[:3]}", errors)
+
+
+# --- decompression ------------------------------------------------------------------------------
+
+
+def decompress(codec: int, payload: memoryview, cap: int) -> bytes:
+    """The decompressed records section; CorruptRecordsError if it cannot be decoded or passes ``cap``."""
+    try:
+        if codec == CODEC_GZIP:
+            chunks = _gunzip(payload, cap)
+        elif codec == CODEC_SNAPPY:
+            chunks = _unsnappy(payload, cap)
+        elif codec == CODEC_LZ4:
+            chunks = _unlz4(payload, cap)
+        elif codec == CODEC_ZSTD:
+            chunks = _unzstd(payload, cap)
+        else:
+            raise CorruptRecordsError(f"Unknown compression type id: {codec}")
+    except B.InvalidBatchError:
+        raise
+    except Exception as e:  # each library has its own error types; all mean "cannot decode"
+        raise CorruptRecordsError(f"Failed to decompress record stream: {type(e).__name__}: {e}") from None
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _too_big(cap: int) -> CorruptRecordsError:
+    return CorruptRecordsError(f"Decompressed records exceed {cap} bytes (the broker's limit per batch)")
+
+
+def _gunzip(payload: memoryview, cap: int) -> list[bytes]:
+    out: list[bytes] = []
+    total = 0
+    data: bytes | memoryview = payload
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    while True:
+        chunk = d.decompress(data, _CHUNK)
+        total += len(chunk)
+        if total > cap:
+            raise _too_big(cap)
+        out.append(chunk)
+        data = d.unconsumed_tail
+        if d.eof:
+            rest = d.unused_data
+            # Concatenated gzip members are one stream (as Java's GZIPInputStream reads them);
+            # other trailing bytes are ignored, as Java does.
+            if len(rest) >= 2 and rest[0] == 0x1F and rest[1] == 0x8B:
+                d, data = zlib.decompressobj(16 + zlib.MAX_WBITS), rest
+                continue
+            return out
+        if not chunk and not data:
+            raise CorruptRecordsError("Failed to decompress record stream: truncated gzip data")
+
+
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+
+
+def _unsnappy(payload: memoryview, cap: int) -> list[bytes]:
+    import snappy
+
+    blocks: list[memoryview] = []
+    if bytes(payload[:8]) == _XERIAL_MAGIC:
+        # Java's snappy-java framing: magic, version, compatible version, then (int32 length, block)*.
+        pos, n = 16, len(payload)
+        while pos < n:
+            if n - pos < 4:
+                raise CorruptRecordsError("Failed to decompress record stream: truncated snappy block length")
+            (size,) = struct.unpack_from(">i", payload, pos)
+            if size < 0 or pos + 4 + size > n:
+                raise CorruptRecordsError("Failed to decompress record stream: bad snappy block length")
+            blocks.append(payload[pos + 4:pos + 4 + size])
+            pos += 4 + size
+    else:
+        blocks.append(payload)
+    out: list[bytes] = []
+    total = 0
+    for block in blocks:
+        # A raw snappy block starts with its uncompressed length (unsigned varint): check it first.
+        total += _uvarint_prefix(block)
+        if total > cap:
+            raise _too_big(cap)
+        chunk = snappy.decompress(bytes(block))
+        out.append(chunk)
+    if sum(map(len, out)) > cap:
+        raise _too_big(cap)
+    return out
+
+
+def _uvarint_prefix(block: memoryview) -> int:
+    value = shift = 0
+    for i in range(min(5, len(block))):
+        b = block[i]
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value
+        shift += 7
+    raise CorruptRecordsError("Failed to decompress record stream: bad snappy length preamble")
+
+
+def _unlz4(payload: memoryview, cap: int) -> list[bytes]:
+    import lz4.frame
+
+    d = lz4.frame.LZ4FrameDecompressor()
+    out: list[bytes] = []
+    total = 0
+    data: bytes | memoryview = payload
+    while True:
+        chunk = d.decompress(data, max_length=_CHUNK)
+        data = b""
+        total += len(chunk)
+        if total > cap:
+            raise _too_big(cap)
+        out.append(chunk)
+        if d.eof:
+            return out
+        if d.needs_input:
+            raise CorruptRecordsError("Failed to decompress record stream: truncated lz4 frame")
+
+
+_local = threading.local()  # a ZstdDecompressor per thread (they are not thread-safe; creating one costs)
+
+
+def _unzstd(payload: memoryview, cap: int) -> list[bytes]:
+    import zstandard
+
+    # A frame that declares its size is refused before any work.
+    declared = zstandard.frame_content_size(payload)
+    if declared > cap:
+        raise _too_big(cap)
+    dctx = getattr(_local, "zstd", None)
+    if dctx is None:
+        dctx = _local.zstd = zstandard.ZstdDecompressor()
+    # zstandard's decompressobj has no output limit per call, so the input is fed in slices small
+    # enough that even the densest blocks (an RLE block: 4 bytes -> 128 KiB) cannot produce more
+    # than what is left of the cap; its eof flag, unlike stream_reader's, tells a truncated frame.
+    d = dctx.decompressobj()
+    out: list[bytes] = []
+    total = 0
+    pos, n = 0, len(payload)
+    while True:
+        step = max(8, (cap - total) >> 15)
+        chunk = d.decompress(payload[pos:pos + step])
+        pos += step
+        if chunk:
+            total += len(chunk)
+            if total > cap:
+                raise _too_big(cap)
+            out.append(chunk)
+        if d.eof:
+            rest = len(d.unused_data)
+            pos -= rest
+            if pos < n:  # another frame follows (Java's ZstdInputStream reads across frames)
+                d = dctx.decompressobj()
+                continue
+            return out
+        if pos >= n:
+            raise CorruptRecordsError("Failed to decompress record stream: truncated zstd frame")
+
+
+# --- the record walk ------------------------------------------------------------------------------
+
+
+def walk_records(data: bytes | bytearray | memoryview, pos: int, end: int, count: int,
+                 need_keys: bool) -> list[int]:
+    """Walk ``count`` records in ``data[pos:end]``; InvalidRecordError on any framing error.
+
+    Returns the batch indexes of records without a key when ``need_keys`` (else []).
+    Signed varints are zigzag; a 1-byte varint (the common case) is decoded inline.
+    """
+    keyless: list[int] = []
+    # Every field read advances pos by at least one byte and pos never moves back, so a read that
+    # starts at or past the record's end leaves pos > stop, which the per-record check below
+    # catches: no bound check per field (a read past the buffer raises IndexError).
+    try:
+        for i in range(count):
+            if pos >= end:
+                raise InvalidRecordError("Incorrect declared batch size, premature EOF reached")
+            b = data[pos]  # length
+            if b < 0x80:
+                size = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif (c := data[pos + 1]) < 0x80:
+                r = (b & 0x7F) | (c << 7)
+                size = (r >> 1) ^ -(r & 1)
+                pos += 2
+            else:
+                size, pos = _varint(data, pos, end)
+            body = pos
+            stop = pos + size
+            if size < 0 or stop > end:
+                raise InvalidRecordError(f"Invalid record size: expected {size} bytes in record payload, but "
+                                         f"instead the buffer has only {end - pos} remaining bytes.")
+            # attributes (1 byte, unused in v2), then the timestamp delta (varlong): only its extent matters
+            if data[pos + 1] < 0x80:
+                pos += 2
+            else:
+                _, pos = _varint(data, pos + 1, stop, 10)
+            b = data[pos]  # offset delta: must be the record's index
+            if b < 0x80:
+                delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif (c := data[pos + 1]) < 0x80:
+                r = (b & 0x7F) | (c << 7)
+                delta = (r >> 1) ^ -(r & 1)
+                pos += 2
+            else:
+                delta, pos = _varint(data, pos, stop)
+            if delta != i:
+                raise InvalidRecordError(f"Record {i} of the batch has offset delta {delta}; producers must "
+                                         f"number records 0..{count - 1} in order")
+            b = data[pos]  # key length
+            if b < 0x80:
+                n = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif (c := data[pos + 1]) < 0x80:
+                r = (b & 0x7F) | (c << 7)
+                n = (r >> 1) ^ -(r & 1)
+                pos += 2
+            else:
+                n, pos = _varint(data, pos, stop)
+            if n >= 0:
+                pos += n
+            elif n == -1:
+                if need_keys:
+                    keyless.append(i)
+            else:
+                raise _structure()
+            b = data[pos]  # value length
+            if b < 0x80:
+                n = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif (c := data[pos + 1]) < 0x80:
+                r = (b & 0x7F) | (c << 7)
+                n = (r >> 1) ^ -(r & 1)
+                pos += 2
+            else:
+                n, pos = _varint(data, pos, stop)
+            if n >= 0:
+                pos += n
+            elif n != -1:
+                raise _structure()
+            b = data[pos]  # header count
+            if b == 0:
+                pos += 1
+            else:
+                if b < 0x80:
+                    pos += 1
+                    headers = (b >> 1) ^ -(b & 1)
+                else:
+                    headers, pos = _varint(data, pos, stop)
+                pos = _walk_headers(data, pos, stop, headers)
+            if pos != stop:
+                raise InvalidRecordError(f"Invalid record size: expected to read {size} bytes in record payload, "
+                                         f"but instead read {pos - body}")
+    except IndexError:
+        raise _structure() from None
+    if pos != end:
+        raise InvalidRecordError("Incorrect declared batch size, records still remaining in file")
+    return keyless
+
+
+def _structure() -> InvalidRecordError:
+    return InvalidRecordError("Found invalid record structure")
+
+
+def _varint(data: bytes | bytearray | memoryview, pos: int, end: int, max_bytes: int = 5) -> tuple[int, int]:
+    """A zigzag varint (varlong with max_bytes=10) at ``pos``, not reaching past ``end``."""
+    raw = shift = 0
+    for k in range(max_bytes):
+        if pos + k >= end:
+            raise _structure()
+        b = data[pos + k]
+        raw |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos + k + 1
+        shift += 7
+    raise InvalidRecordError("Varint is too long, the most significant bit in the last byte is set")
+
+
+def _walk_headers(data: bytes | bytearray | memoryview, pos: int, stop: int, count: int) -> int:
+    if count < 0:
+        raise InvalidRecordError(f"Found invalid number of record headers {count}")
+    for _ in range(count):
+        n, pos = _varint(data, pos, stop)
+        if n < 0:
+            raise InvalidRecordError(f"Invalid negative header key size {n}")
+        pos += n
+        n, pos = _varint(data, pos, stop)
+        if n >= 0:
+            pos += n
+        elif n != -1:
+            raise _structure()
+        if pos > stop:
+            raise _structure()
+    return pos
