@@ -3,8 +3,9 @@
 DescribeCluster lists the brokers from the MetadataStore (endpoint type 1 = brokers only;
 asking for controllers gets UNSUPPORTED_ENDPOINT_TYPE as from a broker). DescribeLogDirs
 reports every log dir with the size of each partition log in it, offset lag 0 (no replicas
-catching up) and the file system's total/usable bytes (v4+). Authorized operations are not
-computed (no ACLs yet).
+catching up) and the file system's total/usable bytes (v4+). DescribeCluster answers the cluster's
+authorized operations when asked (broker/authorized_operations.py), Kafka's "not requested"
+INT32_MIN otherwise.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from collections import defaultdict
 
 from kafka.protocol.admin import DescribeClusterResponse, DescribeLogDirsResponse
 
+from broker.authorized_operations import as_bitfield, cluster_authorized_operations
 from broker.handlers import RequestContext, api
 from protocol.errors import ErrorCode
 
-AUTHORIZED_OPERATIONS_OMITTED = None  # encodes as Kafka's INT32_MIN "not requested"
+AUTHORIZED_OPERATIONS_OMITTED = None  # kafka-python "bitfield": encodes as Kafka's INT32_MIN "not requested"
 
 
 @api(60, 0, 1)
@@ -30,11 +32,14 @@ async def handle_describe_cluster(ctx: RequestContext, request) -> DescribeClust
                                        endpoint_type=request.endpoint_type, cluster_id=md.cluster_id,
                                        controller_id=-1, brokers=[],
                                        authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+    # As AuthHelper.computeDescribeClusterResponse: computed only on success and when asked.
+    ops = as_bitfield(cluster_authorized_operations(ctx)) if request.include_cluster_authorized_operations \
+        else AUTHORIZED_OPERATIONS_OMITTED
     brokers = [DescribeClusterResponse.DescribeClusterBroker(version=v, broker_id=b.node_id, host=b.host, port=b.port,
                                                              rack=b.rack) for b in md.brokers()]
     return DescribeClusterResponse(version=v, throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1,
                                    cluster_id=md.cluster_id, controller_id=md.controller_id, brokers=brokers,
-                                   authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+                                   authorized_operations=ops)
 
 
 @api(35, 1, 4)

@@ -9,7 +9,9 @@
   protocol (wire structs in protocol/consumer_group_api.py).
 
 Partitions of topics that do not exist get UNKNOWN_TOPIC_OR_PARTITION on commit, as in Kafka's
-request handling; everything else is decided by the coordinator.
+request handling; everything else is decided by the coordinator. DescribeGroups (v3+) and
+ConsumerGroupDescribe answer a group's authorized operations when asked and the group was
+described without error (KafkaApis), from broker/authorized_operations.py.
 """
 
 from __future__ import annotations
@@ -25,12 +27,19 @@ from kafka.protocol.consumer import (
     SyncGroupResponse,
 )
 
+from broker.authorized_operations import OMITTED, ResourceType, as_bitfield, authorized_operations
 from broker.handlers import RequestContext, api
 from protocol.consumer_group_api import ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse
 from protocol.errors import ErrorCode
 
 E = ErrorCode
-AUTHORIZED_OPERATIONS_OMITTED = None  # encodes as Kafka's INT32_MIN "not requested"
+
+
+def _group_ops(ctx: RequestContext, asked: bool, error: int, group_id: str) -> int:
+    # KafkaApis sets the field only for groups described without error, and only when asked.
+    if asked and error == E.NONE:
+        return authorized_operations(ctx, ResourceType.GROUP, group_id)
+    return OMITTED
 
 
 def _gc(ctx: RequestContext):
@@ -259,6 +268,7 @@ async def handle_describe_groups(ctx: RequestContext, request) -> DescribeGroups
     gc = _gc(ctx)
     G = DescribeGroupsResponse.DescribedGroup
     M = G.DescribedGroupMember
+    asked = v >= 3 and request.include_authorized_operations
     out = []
     for group_id in request.groups:
         if gc is None:
@@ -278,7 +288,7 @@ async def handle_describe_groups(ctx: RequestContext, request) -> DescribeGroups
                          M(version=v, member_id=m.member_id, group_instance_id=m.group_instance_id,
                            client_id=m.client_id, client_host=m.client_host, member_metadata=m.metadata,
                            member_assignment=m.assignment) for m in members],
-                     authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+                     authorized_operations=as_bitfield(_group_ops(ctx, asked, d_err, group_id))))
     return DescribeGroupsResponse(version=v, throttle_time_ms=0, groups=out)
 
 
@@ -369,7 +379,7 @@ async def handle_consumer_group_describe(ctx: RequestContext, request) -> Consum
         if group is None:
             out.append(G(version=v, error_code=err, error_message=msg, group_id=group_id, group_state="",
                          group_epoch=-1, assignment_epoch=-1, assignor_name="", members=[],
-                         authorized_operations=-2147483648))
+                         authorized_operations=OMITTED))
             continue
         members = [M(version=v, member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
                      member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
@@ -380,5 +390,6 @@ async def handle_consumer_group_describe(ctx: RequestContext, request) -> Consum
         out.append(G(version=v, error_code=E.NONE, error_message=None, group_id=group_id,
                      group_state=group.state_name, group_epoch=group.group_epoch,
                      assignment_epoch=group.assignment_epoch, assignor_name=group.assignor_name, members=members,
-                     authorized_operations=-2147483648))
+                     authorized_operations=_group_ops(ctx, request.include_authorized_operations, E.NONE,
+                                                      group_id)))
     return R(version=v, throttle_time_ms=0, groups=out)

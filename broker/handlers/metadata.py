@@ -5,19 +5,26 @@ leader epoch, replicas and ISR from the MetadataStore. ``topics`` null (v1+) or 
 every topic. Missing topics are auto-created when the request allows it (v4+) and
 ``auto.create.topics.enable`` is true, with ``num.partitions`` partitions; unlike Kafka, which
 answers LEADER_NOT_AVAILABLE until the new leader is elected, kbroker creates synchronously and
-answers with the topic ready. Authorized operations are not computed (no ACLs yet): reported as
-Kafka's "not requested" value.
+answers with the topic ready. Authorized operations (v8+ topics, v8-10 cluster) are answered when
+asked, from broker/authorized_operations.py, for every topic entry that has a name (errors included,
+as KafkaApis does); otherwise Kafka's "not requested" value.
 """
 
 from __future__ import annotations
 
 from kafka.protocol.metadata import MetadataResponse
 
+from broker.authorized_operations import (
+    ResourceType,
+    as_bitfield,
+    authorized_operations,
+    cluster_authorized_operations,
+)
 from broker.handlers import RequestContext, api
 from broker.metadata import TopicInfo, validate_topic_name
 from protocol.errors import ErrorCode, KafkaError
 
-AUTHORIZED_OPERATIONS_OMITTED = None  # encodes as Kafka's INT32_MIN "not requested"
+AUTHORIZED_OPERATIONS_OMITTED = None  # kafka-python "bitfield": encodes as Kafka's INT32_MIN "not requested"
 
 Topic = MetadataResponse.MetadataResponseTopic
 PartitionMeta = Topic.MetadataResponsePartition
@@ -78,8 +85,15 @@ async def handle_metadata(ctx: RequestContext, request) -> MetadataResponse:
                 topics.append(error_topic(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, v))
             else:
                 topics.append(topic_metadata(ctx, info, v))
+    if v >= 8 and request.include_topic_authorized_operations:
+        for t in topics:
+            if t.name is not None:  # unknown topic ids have no name to authorize (KafkaApis skips them too)
+                t.authorized_operations = as_bitfield(authorized_operations(ctx, ResourceType.TOPIC, t.name))
+    cluster_ops = AUTHORIZED_OPERATIONS_OMITTED
+    if 8 <= v <= 10 and request.include_cluster_authorized_operations:
+        cluster_ops = as_bitfield(cluster_authorized_operations(ctx))
     brokers = [MetadataResponse.MetadataResponseBroker(version=v, node_id=b.node_id, host=b.host, port=b.port,
                                                        rack=b.rack) for b in md.brokers()]
     return MetadataResponse(version=v, throttle_time_ms=0, brokers=brokers, cluster_id=md.cluster_id,
                             controller_id=md.controller_id, topics=topics,
-                            authorized_operations=AUTHORIZED_OPERATIONS_OMITTED, error_code=0)
+                            authorized_operations=cluster_ops, error_code=0)
