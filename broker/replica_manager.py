@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from protocol.errors import ErrorCode, KafkaError
 from storage import batch as B
+from storage import record_validation as RV
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -91,8 +92,19 @@ class Partition:
             self._waiters.clear()
 
 
-def validate_batches(buf: bytearray | memoryview, max_message_bytes: int) -> list[B.BatchHeader]:
-    """Header-level validation of a produce request's records for one partition (v3+ rules)."""
+class RecordErrors(KafkaError):
+    """INVALID_RECORD with per-record errors (batch index, message) for ProduceResponse.record_errors."""
+
+    def __init__(self, message: str, record_errors: list[tuple[int, str]]) -> None:
+        super().__init__(ErrorCode.INVALID_RECORD, message)
+        self.record_errors = record_errors
+
+
+def validate_batches(buf: bytearray | memoryview, max_message_bytes: int, *,
+                     compacted_tp: str | None = None) -> list[B.BatchHeader]:
+    """Validation of a produce request's records for one partition (v3+ rules): the batch header
+    and CRC, then every record (storage.record_validation, Kafka's LogValidator checks).
+    ``compacted_tp``: "topic-partition" of a compacted topic, whose records need keys."""
     try:
         headers = list(B.iter_headers(buf, check=True))
     except B.UnsupportedMagicError as e:
@@ -111,6 +123,15 @@ def validate_batches(buf: bytearray | memoryview, max_message_bytes: int) -> lis
     if h.records_count <= 0 or h.last_offset_delta != h.records_count - 1:
         raise KafkaError(ErrorCode.INVALID_RECORD,
                          f"Batch has {h.records_count} records but last offset delta {h.last_offset_delta}")
+    try:
+        RV.validate_records(buf, h, compacted_tp=compacted_tp,
+                            max_decompressed=RV.decompressed_cap(max_message_bytes))
+    except RV.InvalidRecordError as e:
+        if e.record_errors:
+            raise RecordErrors(str(e), e.record_errors) from None
+        raise KafkaError(ErrorCode.INVALID_RECORD, str(e)) from None
+    except B.InvalidBatchError as e:
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, str(e)) from None
     return headers
 
 
@@ -160,7 +181,8 @@ class ReplicaManager:
         lg = part.log
         now = int(time.time() * 1000) if now_ms is None else now_ms
         try:
-            headers = validate_batches(buf, part.max_message_bytes)
+            compacted_tp = f"{part.topic}-{part.index}" if lg.config.compact_enabled else None
+            headers = validate_batches(buf, part.max_message_bytes, compacted_tp=compacted_tp)
             h = headers[0]
             ps = part.producer_state
             if ps is not None and h.has_producer_id:
@@ -178,7 +200,8 @@ class ReplicaManager:
             if ps is not None and h.has_producer_id:
                 ps.update(h, now_ms=now)
         except KafkaError as e:
-            return AppendOutcome(error=e.code, message=e.message, log_start_offset=lg.log_start_offset)
+            return AppendOutcome(error=e.code, message=e.message, log_start_offset=lg.log_start_offset,
+                                 record_errors=getattr(e, "record_errors", []))
         except Exception as e:  # a producer-state error carries a Kafka code
             code = getattr(e, "error_code", None)
             if code is None:

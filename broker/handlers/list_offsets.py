@@ -6,9 +6,16 @@ tiered storage), -5 latest tiered (no tiered storage: offset -1). A timestamp >=
 first record with a timestamp >= it; none -> offset -1, timestamp -1. Lookups never reveal
 offsets at or above the last stable offset for read_committed (or the high watermark).
 The returned leader epoch is the epoch that wrote the offset, from the leader-epoch cache.
+
+MAX_TIMESTAMP decodes the records of the batch holding the max timestamp. A log may hold batches
+stored before produce validated records (see `kbroker dump-log --deep-verify`); when that batch
+cannot be decoded, the answer is best effort: the max timestamp with the offset the segment
+recorded for it (the last offset of its batch), and one WARN line, never a traceback.
 """
 
 from __future__ import annotations
+
+import logging
 
 from kafka.protocol.consumer import ListOffsetsResponse
 
@@ -19,6 +26,8 @@ TopicResp = ListOffsetsResponse.ListOffsetsTopicResponse
 PartResp = TopicResp.ListOffsetsPartitionResponse
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+
+log = logging.getLogger("broker.handlers.list_offsets")
 
 
 def epoch_for_offset(entries: list[tuple[int, int]], offset: int, default: int) -> int:
@@ -42,7 +51,7 @@ def lookup(part, timestamp: int, isolation: int) -> tuple[int, int]:
     if timestamp == LATEST_TIERED:
         return -1, -1
     if timestamp == MAX_TIMESTAMP:
-        found = lg.latest_timestamp()
+        found = _latest_timestamp(part)
         if found is None:
             return -1, -1
         ts, off = found
@@ -56,6 +65,23 @@ def lookup(part, timestamp: int, isolation: int) -> tuple[int, int]:
     if off >= upper:
         return -1, -1
     return off, ts
+
+
+def _latest_timestamp(part) -> tuple[int, int] | None:
+    """Log.latest_timestamp, falling back to the segment's own (timestamp, offset) when the batch
+    holding the max timestamp cannot be decoded (data stored before produce validated records)."""
+    lg = part.log
+    try:
+        return lg.latest_timestamp()
+    except Exception as e:  # whatever the codec or record decoder raises on undecodable bytes
+        best = None
+        for seg in lg.segments:
+            if seg.max_timestamp >= 0 and (best is None or seg.max_timestamp > best.max_timestamp):
+                best = seg
+        log.warning("ListOffsets MAX_TIMESTAMP on %s-%d: undecodable batch near offset %s (%s: %s); answering "
+                    "the segment's max timestamp offset (see kbroker dump-log --deep-verify)", part.topic,
+                    part.index, None if best is None else best.offset_of_max_timestamp, type(e).__name__, e)
+        return None if best is None else (best.max_timestamp, best.offset_of_max_timestamp)
 
 
 @api(2, 1, 10)

@@ -1,7 +1,13 @@
 """Produce (key 0), versions 3-12.
 
-Per partition: the v2 batch header is parsed and its CRC checked (storage.batch), never the
-records; offsets are assigned by patching the header and the bytes are appended as they came.
+Per partition: the v2 batch header is parsed and its CRC checked (storage.batch), then every
+record's framing is walked, compressed batches decompressed with a size cap
+(storage.record_validation, Kafka's LogValidator checks); offsets are assigned by patching the
+header and the bytes are appended as they came. Undecodable records -> CORRUPT_MESSAGE (unknown
+codec, payload that does not decompress or decompresses past the cap) or INVALID_RECORD (framing,
+record count, offset deltas); a compacted topic refuses keyless records with INVALID_RECORD and
+``record_errors`` (v8+: batch index and message per keyless record). Nothing of a failed batch
+is stored.
 Errors are per partition, as in Kafka: unknown topic/partition -> UNKNOWN_TOPIC_OR_PARTITION,
 internal topics -> INVALID_TOPIC_EXCEPTION, CRC mismatch or broken structure -> CORRUPT_MESSAGE
 (nothing stored), magic < 2 -> UNSUPPORTED_FOR_MESSAGE_FORMAT, more than one batch, control
@@ -36,6 +42,7 @@ from protocol.fast_codecs import decode_produce_request
 
 TopicResp = ProduceResponse.TopicProduceResponse
 PartResp = TopicResp.PartitionProduceResponse
+RecordError = PartResp.BatchIndexAndErrorMessage
 
 
 @api(0, 3, 12, decoder=decode_produce_request)
@@ -51,6 +58,7 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
         parts = []
         for pd in td.partition_data:
             flush_part = None
+            record_errors: list = []
             if acks not in (-1, 0, 1):
                 outcome_code, base, lat, lso, msg = ErrorCode.INVALID_REQUIRED_ACKS, -1, -1, -1, None
             elif name in INTERNAL_TOPICS:
@@ -66,12 +74,15 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
                 else:
                     o = rm.append(part, pd.records, transactional_id=request.transactional_id)
                     outcome_code, base, lat, lso, msg = o.error, o.base_offset, o.log_append_time, o.log_start_offset, o.message
+                    if o.record_errors:
+                        record_errors = [RecordError(version=v, batch_index=i, batch_index_error_message=m)
+                                         for i, m in o.record_errors]
                     if o.flush_due:
                         flush_part = part
             if outcome_code != ErrorCode.NONE:
                 failed = True
             resp = PartResp(version=v, index=pd.index, error_code=outcome_code, base_offset=base,
-                            log_append_time_ms=lat, log_start_offset=lso, record_errors=[],
+                            log_append_time_ms=lat, log_start_offset=lso, record_errors=record_errors,
                             error_message=msg if outcome_code else None)
             parts.append(resp)
             if flush_part is not None:
