@@ -83,6 +83,8 @@ def cmd_dump_log(args: argparse.Namespace) -> int:
     argv = list(args.files)
     if args.print_data:
         argv.append("--print-data")
+    if args.deep_verify:
+        argv.append("--deep-verify")
     return dump.main(argv)
 
 
@@ -117,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     dl = sub.add_parser("dump-log", help="decode .log/.index/.timeindex/.txnindex/.snapshot files")
     dl.add_argument("files", nargs="+")
     dl.add_argument("--print-data", action="store_true", help="print record keys, values and headers")
+    dl.add_argument("--deep-verify", action="store_true",
+                    help="check that every batch decodes (files or directories); exit status 2 if any does not")
     dl.set_defaults(func=cmd_dump_log)
 
     for name, module, text in (

@@ -5,6 +5,12 @@ each one reports its own CRC verdict, and a torn or corrupt tail is reported (wi
 position) instead of raising. Records of the internal topics (__consumer_offsets,
 __transaction_state) are decoded into Kafka's JSON shape ({"type":..,"data":..} keys,
 {"version":..,"data":..} values, ``<DELETE>`` for tombstones).
+
+``--deep-verify`` checks instead of printing: every batch of every segment (files or directories,
+searched recursively for ``.log`` files) must pass the CRC and the record validation that
+Produce applies (storage.record_validation). Each undecodable batch is printed with its file,
+position and offsets, and the exit status is 2 when any is found (docs/repair-poisoned-logs.md
+gives the repair: DeleteRecords past them).
 """
 
 from __future__ import annotations
@@ -315,6 +321,70 @@ def _fmt_optional(v: Any) -> str:
     return f"Optional[{v}]"
 
 
+# --- deep verification ---------------------------------------------------------------------------
+
+
+def verify_log(path: str, out: IO[str] = sys.stdout) -> list[tuple[rb.BatchHeader, str]]:
+    """Every batch of one segment that a consumer could not decode: (header, reason)."""
+    from storage import record_validation as rv
+    from storage.segment import scan_batches
+
+    bad: list[tuple[rb.BatchHeader, str]] = []
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        for header, data in scan_batches(fd, 0, size):
+            at_zero = _at_zero(header)
+            try:
+                rb.validate(data, at_zero)
+                rv.validate_records(data, at_zero, max_decompressed=rv.MIN_DECOMPRESSED_CAP)
+            except (rb.InvalidBatchError, rv.InvalidRecordError) as e:
+                bad.append((header, str(e)))
+                out.write(f"BAD {path} position: {header.position} baseOffset: {header.base_offset} "
+                          f"lastOffset: {header.last_offset} count: {header.records_count} "
+                          f"compresscodec: {_CODEC_NAMES.get(header.compression, f'unknown({header.compression})')}"
+                          f" reason: {e}\n")
+    finally:
+        os.close(fd)
+    return bad
+
+
+def _log_files(paths: list[str]) -> list[str]:
+    found: list[str] = []
+    for path in paths:
+        if os.path.isdir(path):
+            for root, _dirs, names in os.walk(path):
+                found.extend(os.path.join(root, n) for n in sorted(names) if n.endswith(LOG_SUFFIX))
+        else:
+            found.append(path)
+    return sorted(found)
+
+
+def deep_verify(paths: list[str], out: IO[str] = sys.stdout) -> int:
+    """Exit status of ``--deep-verify``: 0 all decodable, 2 undecodable batches found, 1 unreadable input."""
+    status = 0
+    total_bad = 0
+    checked = 0
+    for path in _log_files(paths):
+        if not path.endswith(LOG_SUFFIX):
+            out.write(f"Ignoring {path}: --deep-verify reads .log segments\n")
+            continue
+        try:
+            bad = verify_log(path, out)
+        except OSError as e:
+            out.write(f"Cannot read {path}: {e}\n")
+            status = 1
+            continue
+        checked += 1
+        total_bad += len(bad)
+        if bad:
+            part = os.path.basename(os.path.dirname(os.path.abspath(path)))
+            out.write(f"{part}: delete records before offset {bad[-1][0].last_offset + 1} to drop the undecodable "
+                      f"batches of this segment (see docs/repair-poisoned-logs.md)\n")
+    out.write(f"Checked {checked} segment(s): {total_bad} undecodable batch(es)\n")
+    return 2 if total_bad else status
+
+
 # --- entry points ----------------------------------------------------------------------------------
 
 
@@ -362,6 +432,9 @@ def main(argv: list[str]) -> int:
         "--print-data", "--print-data-log", action="store_true", help="print record keys and values"
     )
     p.add_argument("--deep-iteration", action="store_true", help="print record metadata without the data")
+    p.add_argument("--deep-verify", action="store_true",
+                   help="check every batch decodes (CRC and records, as Produce validates them); files or "
+                        "directories; exit status 2 when undecodable batches are found")
     p.add_argument("--offsets-decoder", action="store_true", help="decode records as __consumer_offsets")
     p.add_argument(
         "--transaction-log-decoder", action="store_true", help="decode records as __transaction_state"
@@ -370,6 +443,8 @@ def main(argv: list[str]) -> int:
     files = list(args.files) + ([f for f in args.files_opt.split(",") if f] if args.files_opt else [])
     if not files:
         p.error("no files given")
+    if args.deep_verify:
+        return deep_verify(files, sys.stdout)
     decoder = (
         OFFSETS_TOPIC if args.offsets_decoder else TRANSACTION_TOPIC if args.transaction_log_decoder else None
     )
