@@ -9,19 +9,24 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import logging
+import os
 import re
+import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from protocol.errors import ErrorCode, KafkaError
 from storage.checkpoints import atomic_write_bytes
 
 log = logging.getLogger("broker.metadata")
+T = TypeVar("T")
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -156,7 +161,9 @@ class MetadataStore(ABC):
 
 
 class LocalMetadataStore(MetadataStore):
-    """Single-node metadata persisted as one JSON document (tmp + fsync + rename, in an executor)."""
+    """Single-node metadata persisted as one JSON document (tmp + fsync + rename, in an executor).
+    Changes run one at a time, each written before it is applied, and each runs to completion
+    even when the request that asked for it is cancelled (see ``_serialised``)."""
 
     FILE_NAME = "kbroker-metadata.json"
 
@@ -170,6 +177,8 @@ class LocalMetadataStore(MetadataStore):
         self._broker_configs: dict[str, str] = {}
         # Serialises changes: each is checked, written, then applied while no other runs.
         self._lock = asyncio.Lock()
+        # Changes in progress, each in its own task (see _serialised); referenced until done.
+        self._changes: set[asyncio.Task] = set()
         self.cluster_id = cluster_id or ""
         self._load()
 
@@ -199,13 +208,48 @@ class LocalMetadataStore(MetadataStore):
         """Synchronous write, for start-up only (no loop to block yet)."""
         atomic_write_bytes(self.path, self._document(self._topics.values(), self._broker_configs))
 
+    async def _serialised(self, change: Callable[[], Awaitable[T]]) -> T:
+        """Run ``change`` (check, write, apply in memory) under the lock, to completion even when
+        the caller is cancelled (the server cancels a request whose client disconnected).
+
+        The change runs in its own task and the caller only waits for it (``asyncio.shield``).
+        Cancelling the caller inside the lock would release the lock while the executor write
+        (fixed ``.tmp`` name) still runs, so the next write could share its temporary file and
+        fail, and a write that reached disk would never be applied in memory. Shielded, the lock
+        is released only once the write is on disk and applied. As in Kafka, a request whose
+        client went away is still carried out."""
+        async def run() -> T:
+            async with self._lock:
+                return await change()
+
+        task = asyncio.ensure_future(run())
+        self._changes.add(task)
+        task.add_done_callback(self._changes.discard)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(_report_orphaned_change)
+            raise
+
     async def _persist(self, topics: Iterable[TopicInfo], broker_configs: dict[str, str]) -> None:
         """Write the state a change is about to produce, in an executor (its fsyncs stay off the
         loop); the caller applies the change only once this returned, so nothing is visible
-        that a crash could take back. Callers hold ``self._lock``: writes land in order."""
+        that a crash could take back. Callers hold ``self._lock`` (inside ``_serialised``):
+        writes land in order, one at a time."""
         data = self._document(topics, broker_configs)
+        delay = _write_delay()
+        hook = {"before_rename": delay} if delay is not None else {}
+        write = asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(atomic_write_bytes, self.path, data, **hook))
         try:
-            await asyncio.get_running_loop().run_in_executor(None, atomic_write_bytes, self.path, data)
+            await asyncio.shield(write)
+        except asyncio.CancelledError:
+            # Only shutdown cancels a change task itself. A thread cannot be stopped: wait for the
+            # write to end before the lock is released, so two writes never share the .tmp file.
+            await asyncio.wait([write])
+            if not write.cancelled():
+                write.exception()  # retrieved: the cancellation is what the caller sees
+            raise
         except OSError as e:
             log.error("cannot write %s: %s", self.path, e)
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot write cluster metadata: {e}") from e
@@ -230,7 +274,7 @@ class LocalMetadataStore(MetadataStore):
 
     async def create_topic(self, name: str, num_partitions: int, configs: dict[str, str],
                            *, internal: bool = False) -> TopicInfo:
-        async with self._lock:
+        async def change() -> TopicInfo:
             # checked again here: the handler's checks and this change are an await apart
             if name in self._topics:
                 raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
@@ -242,8 +286,10 @@ class LocalMetadataStore(MetadataStore):
             self._notify("created", info)
             return info
 
+        return await self._serialised(change)
+
     async def delete_topic(self, name: str) -> TopicInfo:
-        async with self._lock:
+        async def change() -> TopicInfo:
             info = self._topics.get(name)
             if info is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -253,21 +299,27 @@ class LocalMetadataStore(MetadataStore):
             self._notify("deleted", info)
             return info
 
+        return await self._serialised(change)
+
     async def add_partitions(self, name: str, total: int) -> TopicInfo:
-        async with self._lock:
+        async def change() -> TopicInfo:
             info = self.check_partition_increase(name, total)  # again: the handler's check was an await ago
             await self._persist(self._with(dataclasses.replace(info, num_partitions=total)), self._broker_configs)
             info.num_partitions = total
             self._notify("partitions", info)
             return info
 
+        return await self._serialised(change)
+
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
-        async with self._lock:
+        async def change() -> TopicInfo:
             info = self._existing(name)
             await self._persist(self._with(dataclasses.replace(info, configs=dict(configs))), self._broker_configs)
             info.configs = dict(configs)
             self._notify("configs", info)
             return info
+
+        return await self._serialised(change)
 
     def _existing(self, name: str) -> TopicInfo:
         info = self._topics.get(name)
@@ -282,9 +334,39 @@ class LocalMetadataStore(MetadataStore):
         return dict(self._broker_configs)
 
     async def set_broker_dynamic_configs(self, configs: dict[str, str]) -> None:
-        async with self._lock:
+        async def change() -> None:
             await self._persist(self._topics.values(), dict(configs))
             self._broker_configs = dict(configs)
+
+        await self._serialised(change)
+
+
+def _report_orphaned_change(task: asyncio.Task) -> None:
+    """A change whose caller was cancelled has nobody to answer: log how it ended."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is None:
+        log.info("metadata change completed after its request was cancelled (client gone)")
+    elif isinstance(exc, KafkaError):
+        log.info("metadata change of a cancelled request failed: %s", exc)
+    else:
+        log.error("metadata change of a cancelled request failed", exc_info=exc)
+
+
+def _write_delay() -> Callable[[], None] | None:
+    """Test-only: ``KBROKER_DELAY_POINT=metadata.before_rename:<ms>`` holds every metadata write in
+    its executor thread for ``ms`` between its complete temporary file and the rename, so a request
+    cancelled (client gone) in the middle of a write is testable deterministically."""
+    name, _, ms = os.environ.get("KBROKER_DELAY_POINT", "").rpartition(":")
+    if name != "metadata.before_rename" or not ms.isdigit():
+        return None
+
+    def delay() -> None:
+        log.warning("fault injection: delaying metadata.before_rename by %s ms", ms)
+        time.sleep(int(ms) / 1000)
+
+    return delay
 
 
 def _new_cluster_id() -> str:

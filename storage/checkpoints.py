@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -53,13 +54,20 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, sync: bool = True) -> None:
+def atomic_write_bytes(path: Path, data: bytes, *, sync: bool = True,
+                       before_rename: Callable[[], None] | None = None) -> None:
     """Write ``path`` so that a crash leaves the old or the new contents, never a torn file:
     ``<name>.tmp``, fsync, rename over the target, fsync the directory.
 
+    The temporary name is fixed, so callers must never run two writes of one ``path`` at once
+    (a second one would truncate the first's ``.tmp`` and one rename would find it gone).
+
     ``sync=False`` skips both fsyncs (no blocking on the loop); the caller then fsyncs the
     file and its directory later, and until that a crash may leave the file torn or empty, so
-    only files that are checked on read and may be dropped (producer snapshots) use it."""
+    only files that are checked on read and may be dropped (producer snapshots) use it.
+
+    ``before_rename`` runs once the temporary file is complete, just before the rename (a
+    fault-injection point for tests)."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -70,6 +78,8 @@ def atomic_write_bytes(path: Path, data: bytes, *, sync: bool = True) -> None:
             os.fsync(fd)
     finally:
         os.close(fd)
+    if before_rename is not None:
+        before_rename()
     os.replace(tmp, path)
     if sync:
         fsync_dir(path.parent)
