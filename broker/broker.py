@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.config import BrokerConfig, log_config_properties
+from broker.config.listeners import unimplemented_listeners
 from broker.coordinator_bridge import LocalPartitionAccess
 from broker.handlers import load_handlers
 from broker.metadata import BrokerInfo, LocalMetadataStore, MetadataStore, TopicInfo
@@ -27,6 +28,7 @@ from coordinator.producer_id_manager import ProducerIdManager
 from coordinator.txn_coordinator import TransactionCoordinator
 from protocol.errors import ErrorCode
 from storage.cleaner import LogCleaner, should_clean
+from storage.dir_lock import lock_dirs
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
 from storage.producer_state import ProducerStateManager
@@ -69,8 +71,14 @@ class Broker:
 
     async def start(self) -> None:
         load_handlers()
+        # Refuse before touching anything: never serve plaintext where TLS or SASL was asked for.
+        if refused := unimplemented_listeners(self.config.listeners, self.config.security_protocol_map):
+            raise OSError("; ".join(f"listener {li} has security protocol {proto}, which kbroker does not implement"
+                                    for li, proto in refused) + " (only PLAINTEXT is served); refusing to start")
         for d in self.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
+        # Before anything in the dirs is read or written; held until the process exits.
+        self._dir_locks = lock_dirs(self.log_dirs)
         advertised = self.config.advertised_listeners[0]
         self.metadata = LocalMetadataStore(self.log_dirs[0], BrokerInfo(self.node_id, advertised.host, advertised.port),
                                            cluster_id=self.config.get("cluster.id") or None)

@@ -54,3 +54,13 @@ def parse_protocol_map(text: str, config_name: str) -> dict[str, str]:
     return mapping
 
 
+# Security protocols kbroker serves today; a listener mapped to any other refuses to start rather
+# than serving plaintext where TLS or SASL was asked for (issue 17).
+IMPLEMENTED_SECURITY_PROTOCOLS = ("PLAINTEXT",)
+
+
+def unimplemented_listeners(listeners: list[Listener], protocol_map: dict[str, str]) -> list[tuple[Listener, str]]:
+    """The listeners whose security protocol (through listener.security.protocol.map) is not
+    implemented, each with that protocol."""
+    return [(li, protocol_map.get(li.name, li.name)) for li in listeners
+            if protocol_map.get(li.name, li.name) not in IMPLEMENTED_SECURITY_PROTOCOLS]
