@@ -14,7 +14,9 @@ import time
 from confluent_kafka import Consumer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AclOperation as Op
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.metadata import MetadataRequest
 
+from tests.helpers.wire import send_request
 from tests.integration.test_groups_clients import unique
 
 TOPIC_OPS = {Op.READ, Op.WRITE, Op.CREATE, Op.DESCRIBE, Op.DELETE, Op.ALTER, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS}
@@ -76,3 +78,22 @@ def test_group_authorized_operations(broker) -> None:
     finally:
         for c in (*consumers, committer):
             c.close()
+
+
+def test_metadata_cluster_operations_v8_to_v10(broker) -> None:
+    """Metadata carries the cluster's set only in v8-10 (it moved to DescribeCluster in v11); topic
+    entries answered with an error still get theirs, as KafkaApis sets it on every named entry."""
+    cluster_bits, topic_bits = (sum(1 << op.value for op in ops) for ops in (CLUSTER_OPS, TOPIC_OPS))
+    T = MetadataRequest.MetadataRequestTopic
+    for v in (8, 10):
+        req = MetadataRequest(version=v, topics=[T(version=v, name="missing-topic")], allow_auto_topic_creation=False,
+                              include_cluster_authorized_operations=True, include_topic_authorized_operations=True)
+        resp = send_request(broker.bootstrap, req, v)
+        # kafka-python decodes these fields as the set of bit positions.
+        assert resp.authorized_operations == {op.value for op in CLUSTER_OPS}, v
+        assert sum(1 << b for b in resp.authorized_operations) == cluster_bits
+        (topic,) = resp.topics
+        assert topic.error_code == 3 and sum(1 << b for b in topic.authorized_operations) == topic_bits
+        req = MetadataRequest(version=v, topics=None, allow_auto_topic_creation=False,
+                              include_cluster_authorized_operations=False, include_topic_authorized_operations=False)
+        assert send_request(broker.bootstrap, req, v).authorized_operations is None

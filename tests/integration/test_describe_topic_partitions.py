@@ -110,3 +110,20 @@ def test_describe_topic_partitions_pages_and_errors(broker) -> None:
             assert resp.next_cursor is None
 
     asyncio.run(run())
+
+
+def test_broker_partition_limit_caps_the_request(broker_factory) -> None:
+    """The answer holds at most min(response_partition_limit, max.request.partition.size.limit)."""
+    broker = broker_factory({"max.request.partition.size.limit": "2"})
+
+    async def run() -> None:
+        async with ProtocolClient(*parse_bootstrap(broker.bootstrap)) as c:
+            await _create(c, {"cap-a": 3, "cap-b": 2})
+            seen, pages = await _walk(c, ["cap-b", "cap-a"], 2)
+            assert seen == [("cap-a", 0), ("cap-a", 1), ("cap-a", 2), ("cap-b", 0), ("cap-b", 1)]
+            assert pages == 3
+            resp = await _describe(c, ["cap-a", "cap-b"], 2000)
+            assert [(t.name, len(t.partitions)) for t in resp.topics] == [("cap-a", 2)]
+            assert (resp.next_cursor.topic_name, resp.next_cursor.partition_index) == ("cap-a", 2)
+
+    asyncio.run(run())
