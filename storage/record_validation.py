@@ -13,8 +13,9 @@ passes ``max_decompressed`` bytes, so a small zstd frame cannot expand to gigaby
 (at most that cap) is held while it is walked: validation runs synchronously on the event loop,
 so at most one such buffer exists per broker process at a time.
 
-Uncompressed batches are walked in place over the request buffer; the walk builds no Python
-object per record (a tight loop over integer indices, 1-byte varints inlined).
+Uncompressed batches are walked over a bytes copy of the records section (indexing bytes is
+faster than indexing the request's memoryview); the walk builds no Python object per record (a
+tight loop over integer indices, 1- and 2-byte varints inlined).
 
 Errors, following Kafka:
 - framing, record count and offset deltas -> `InvalidRecordError` (INVALID_RECORD; Kafka's
@@ -77,7 +78,10 @@ def validate_records(buf: bytes | bytearray | memoryview, header: B.BatchHeader,
         raise InvalidRecordError(f"Found invalid record count {count} in magic v2 batch")
     codec = header.attributes & B.COMPRESSION_MASK
     if codec == CODEC_NONE:
-        data = buf
+        # Indexing bytes is ~1.5x faster than indexing a memoryview of the request buffer, which
+        # pays for the copy many times over (a memcpy of the batch, freed at once).
+        data = bytes(memoryview(buf)[start:end])
+        start, end = 0, len(data)
     else:
         data = decompress(codec, memoryview(buf)[start:end], max_decompressed)
         start, end = 0, len(data)
