@@ -22,7 +22,7 @@ from tests.helpers.wire import RawConnection
 # How long every metadata write holds its complete temporary file before the rename
 # (KBROKER_DELAY_POINT, broker/metadata.py): long enough that the next client's write starts
 # inside the window even on a loaded machine.
-WRITE_DELAY_MS = 1500
+WRITE_DELAY_MS = 1000
 DELAY_LINE = "fault injection: delaying metadata.before_rename"
 
 
@@ -53,7 +53,7 @@ def test_create_topics_survives_client_disconnects(broker_factory):
     broker = broker_factory(start=False)
     broker.env = {"KBROKER_DELAY_POINT": f"metadata.before_rename:{WRITE_DELAY_MS}"}
     broker.start()
-    rounds = 4
+    rounds = 3
     for i in range(rounds):
         seen = broker.log_text().count(DELAY_LINE)
         gone = RawConnection(broker.bootstrap)
