@@ -25,11 +25,14 @@ install: $(STAMP)
 
 install-test: $(TEST_STAMP) tools
 
-# Client tools used by the compatibility tests: kcat (Debian) and kafkajs (npm).
+# Client tools used by the compatibility tests: kcat (Debian) and kafkajs (npm); etcd (Debian etcd-server) for tests/cluster/.
 tools:
 	@command -v kcat >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && apt-get install -y -qq kcat) >/dev/null; \
 	  else echo "note: kcat not installed (apt-get install kcat); its tests skip locally and fail under CI"; fi; }
+	@command -v etcd >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && apt-get install -y -qq etcd-server) >/dev/null; \
+	  else echo "note: etcd not installed (apt-get install etcd-server); the cluster tests skip locally and fail under CI"; fi; }
 	@if command -v npm >/dev/null 2>&1 && [ -f $(JS_DIR)/package-lock.json ] && [ ! -d $(JS_DIR)/node_modules ]; then \
 	  cd $(JS_DIR) && npm ci --silent --no-audit --no-fund; fi
 

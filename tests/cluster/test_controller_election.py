@@ -1,0 +1,74 @@
+"""Controller election on a lease-bound key: one winner, failover on revoke or expiry, rising epochs."""
+
+from __future__ import annotations
+
+import asyncio
+
+from cluster.controller_election import ControllerElection
+from tests.cluster.support import wait_until
+
+
+def controllers(elections: list[ControllerElection]) -> list[ControllerElection]:
+    return [e for e in elections if e.is_controller()]
+
+
+async def test_one_winner_among_three_then_failover_on_revoke_and_on_expiry(sessions, keys):
+    elections = [ControllerElection(await sessions(session_timeout_ms=1000, heartbeat_interval_ms=200), keys, node_id)
+                 for node_id in (1, 2, 3)]
+    most = 0
+
+    async def sample() -> None:
+        nonlocal most
+        while True:
+            most = max(most, len(controllers(elections)))
+            await asyncio.sleep(0.002)
+
+    sampler = asyncio.create_task(sample())
+    try:
+        for e in elections:
+            e.start()
+        await wait_until(lambda: len(controllers(elections)) == 1, "a controller among 3 contenders")
+        first = controllers(elections)[0]
+        recorded = await first.current()
+        assert recorded is not None and (recorded.node_id, recorded.epoch) == (first.node_id, first.epoch)
+        # The losers have settled (they watch the key): still exactly one controller.
+        await wait_until(lambda: all(e.session.acks >= 3 for e in elections), "a few keepalives")
+        assert controllers(elections) == [first]
+
+        # Failover 1: the controller's lease is revoked (its key goes at once).
+        await first.session.close(revoke=True)
+        assert not first.is_controller()
+        others = [e for e in elections if e is not first]
+        await wait_until(lambda: len(controllers(others)) == 1, "a new controller after the revoke")
+        second = controllers(others)[0]
+        assert second.epoch > recorded.epoch
+        assert (await second.current()).node_id == second.node_id
+
+        # Failover 2: the new controller "crashes" (no revoke); etcd expires its lease after the TTL.
+        second_epoch = second.epoch
+        await second.session.close(revoke=False)
+        last = [e for e in others if e is not second][0]
+        await wait_until(last.is_controller, "the last broker becoming controller after the lease expiry")
+        info = await last.current()
+        assert info.node_id == last.node_id and info.epoch == last.epoch > second_epoch
+        assert most == 1  # never two controllers at once, as seen by the brokers themselves
+    finally:
+        sampler.cancel()
+        await asyncio.gather(*(e.stop(resign=False) for e in elections))
+
+
+async def test_resign_hands_over_and_the_old_epoch_cannot_delete_the_new_key(sessions, keys):
+    a = ControllerElection(await sessions(), keys, 1)
+    b = ControllerElection(await sessions(), keys, 2)
+    a.start()
+    await wait_until(a.is_controller, "node 1 controller")
+    b.start()
+    old_epoch = a.epoch
+    await a.stop(resign=True)
+    await wait_until(b.is_controller, "node 2 controller after node 1 resigned")
+    assert b.epoch > old_epoch
+    # A late resign with the stale epoch must not remove the new controller's key.
+    a._won_epoch = old_epoch
+    await a.stop(resign=True)
+    assert (await b.current()).node_id == 2
+    await b.stop()
