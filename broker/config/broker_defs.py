@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from broker.config.kafka_broker_configs import KAFKA_BROKER_CONFIGS
 from broker.config.types import INT_MAX, LONG_MAX, ConfigDef
 from broker.config.validators import (
     GZIP_LEVEL,
@@ -234,3 +235,14 @@ _BROKER_DEFS: list[ConfigDef] = [
 
 BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS}
 
+
+# Every other config of Kafka 3.9's broker definition (kafka_broker_configs.py) is accepted too, in
+# server.properties and through AlterConfigs where Kafka allows dynamic updates: stored, described
+# with Kafka's type and default, but kbroker does not act on it. kbroker's own definitions above win.
+NO_EFFECT_DOC = "Kafka broker config, accepted for compatibility; kbroker does not act on it."
+NO_EFFECT_BROKER_CONFIGS: dict[str, ConfigDef] = {
+    k.name: ConfigDef(k.name, k.type, k.default, NO_EFFECT_DOC, dynamic=k.dynamic)
+    for k in KAFKA_BROKER_CONFIGS.values()
+    if k.name not in BROKER_CONFIGS
+}
+BROKER_CONFIGS.update(NO_EFFECT_BROKER_CONFIGS)

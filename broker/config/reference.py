@@ -5,7 +5,8 @@ Regenerate the reference with ``python -m broker.config`` (broker/config/__main_
 
 from __future__ import annotations
 
-from broker.config.broker_defs import _BROKER_DEFS, BROKER_CONFIGS
+from broker.config.broker_defs import _BROKER_DEFS, BROKER_CONFIGS, NO_EFFECT_BROKER_CONFIGS
+from broker.config.kafka_broker_configs import KAFKA_BROKER_CONFIGS, KAFKA_VERSION
 from broker.config.topic_defs import _TOPIC_DEFS, TOPIC_SYNONYMS
 
 # Main configs shown by `kbroker serve --help`.
@@ -53,6 +54,18 @@ def config_reference_markdown() -> str:
         "Precedence where Kafka has several spellings: `log.retention.ms` > `log.retention.minutes` >",
         "`log.retention.hours`; `log.roll.ms` > `log.roll.hours`; `log.flush.interval.ms` >",
         "`log.flush.scheduler.interval.ms`; `node.id` > `broker.id`; `log.dirs` > `log.dir`.",
+        "",
+        "## Kafka broker configs accepted with no effect",
+        "",
+        f"Every other config of Apache Kafka {KAFKA_VERSION}'s broker definition is accepted too: in the config file, and",
+        "through AlterConfigs / IncrementalAlterConfigs where Kafka allows a dynamic update (update mode per-broker or",
+        "cluster-wide; read-only ones are refused as Kafka refuses them). kbroker checks the value's type, stores it and",
+        "reports it in DescribeConfigs, but does not act on it.",
+        "",
+        "| Name | Type | Default | Update mode |",
+        "|---|---|---|---|",
+        *(f"| `{d.name}` | {d.type} | {_md(d.default)} | {KAFKA_BROKER_CONFIGS[d.name].mode} |"
+          for d in sorted(NO_EFFECT_BROKER_CONFIGS.values(), key=lambda d: d.name)),
         "",
         "## Topic configs",
         "",

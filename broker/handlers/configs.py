@@ -5,8 +5,21 @@ default). Topic entries carry Kafka's sources (1 topic override, 4 static broker
 5 default, ...), synonyms when asked (v1+) and documentation (v3+). AlterConfigs replaces a
 topic's whole override set; IncrementalAlterConfigs applies SET / DELETE / APPEND / SUBTRACT
 per key. Changes are validated first (INVALID_CONFIG, nothing applied), persisted in the
-MetadataStore, and take effect on the live partitions at once. Broker configs can be changed
-only where Kafka allows dynamic updates. BROKER_LOGGER (8) is not supported (INVALID_REQUEST).
+MetadataStore, and take effect on the live partitions at once. BROKER_LOGGER (8) is not
+supported (INVALID_REQUEST).
+
+Broker resources know every config of Kafka 3.9's broker definition (broker/config/
+kafka_broker_configs.py); the ones kbroker does not act on are stored, persisted and described
+all the same ("accepted, no effect"). The resulting config set is validated the way Kafka's
+ConfigAdminManager / DynamicBrokerConfig.validateConfigs do, in Kafka's order and with its
+INVALID_REQUEST (KAFKA-13609) and messages: a read-only config ("Cannot update these configs
+dynamically: Set(...)"), a bare SSL keystore/truststore config ("These security configs can be
+dynamically updated only per-listener using the listener prefix: Set(...)"), a value of the wrong
+type, a per-broker config on the cluster default resource ("Cannot update these configs at default
+cluster level, broker id must be specified: Set(...)"). Deviation: a name Kafka does not define
+answers INVALID_CONFIG "Unknown broker config name" (Kafka stores any name; kbroker rejects typos).
+Configs kbroker acts on keep kbroker's own dynamic flag (listeners and the thread counts, dynamic
+in Kafka, are read-only here).
 """
 
 from __future__ import annotations
@@ -18,12 +31,14 @@ from kafka.protocol.admin import (
 )
 
 from broker.config import (
+    BROKER_CONFIGS,
     TOPIC_CONFIGS,
     ConfigEntry,
     ConfigError,
     describe_topic_config,
     validate_topic_configs,
 )
+from broker.config.kafka_broker_configs import DYNAMIC_SECURITY_CONFIGS, KAFKA_BROKER_CONFIGS, PER_BROKER
 from broker.handlers import RequestContext, api
 from protocol.errors import ErrorCode, KafkaError
 
@@ -110,6 +125,35 @@ def _apply_ops(current: dict[str, str], ops: list[tuple[str, int, str | None]], 
     return new
 
 
+def _scala_set(names: list[str]) -> str:
+    # Kafka's messages print a Scala Set: "Set(a, b)".
+    return "Set(" + ", ".join(names) + ")"
+
+
+def _validate_broker_configs(props: dict[str, str], cluster_default: bool) -> None:
+    """Kafka's DynamicBrokerConfig.validateConfigs on the resource's resulting dynamic config set."""
+    unknown = [k for k in props if k not in BROKER_CONFIGS]
+    if unknown:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown broker config name: {', '.join(unknown)}")
+    read_only = [k for k in props if not BROKER_CONFIGS[k].dynamic]
+    if read_only:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: {_scala_set(read_only)}")
+    bare_security = [k for k in props if k in DYNAMIC_SECURITY_CONFIGS]
+    if bare_security:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "These security configs can be dynamically updated only "
+                                                    f"per-listener using the listener prefix: {_scala_set(bare_security)}")
+    for k, v in props.items():
+        try:
+            BROKER_CONFIGS[k].parse(v)
+        except ConfigError as e:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, str(e)) from None
+    if cluster_default:
+        per_broker = [k for k in props if k in KAFKA_BROKER_CONFIGS and KAFKA_BROKER_CONFIGS[k].mode == PER_BROKER]
+        if per_broker:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "Cannot update these configs at default cluster level, "
+                                                        f"broker id must be specified: {_scala_set(per_broker)}")
+
+
 async def _alter(ctx: RequestContext, rtype: int, name: str, ops: list[tuple[str, int, str | None]],
                  replace: bool, validate_only: bool) -> None:
     broker = ctx.broker
@@ -132,10 +176,9 @@ async def _alter(ctx: RequestContext, rtype: int, name: str, ops: list[tuple[str
         current = dict(cfg.dynamic_default if cluster_default else cfg.dynamic)
         try:
             new = _apply_ops({} if replace else current, ops, set())
-            for key in set(current) | set(new):
-                cfg.validate_dynamic(key, new.get(key))
         except ConfigError as e:
             raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
+        _validate_broker_configs(new, cluster_default)
         if not validate_only:
             for key in set(current) | set(new):
                 if current.get(key) != new.get(key):

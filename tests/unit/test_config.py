@@ -78,11 +78,12 @@ def test_load_missing_file_is_config_error(tmp_path):
 
 
 def test_unknown_key_is_kept_and_warned(tmp_path, caplog):
+    # (zookeeper.connect used to be the example; it is a Kafka 3.9 broker config, now accepted silently.)
     with caplog.at_level(logging.WARNING, logger="broker.config"):
-        cfg = BrokerConfig.load(write(tmp_path, "zookeeper.connect=localhost:2181\n"))
-    assert cfg.originals["zookeeper.connect"] == "localhost:2181"
-    assert cfg.get("zookeeper.connect") == "localhost:2181"
-    assert any("zookeeper.connect" in r.getMessage() for r in caplog.records)
+        cfg = BrokerConfig.load(write(tmp_path, "my.plugin.setting=x\n"))
+    assert cfg.originals["my.plugin.setting"] == "x"
+    assert cfg.get("my.plugin.setting") == "x"
+    assert any("my.plugin.setting" in r.getMessage() for r in caplog.records)
     with pytest.raises(ConfigError):
         cfg.get("never.heard.of")
 
@@ -268,7 +269,10 @@ def test_describe_broker_sources_and_flags():
     assert entries["log.cleaner.min.cleanable.ratio"].config_type == ConfigType.DOUBLE
     assert entries["log.roll.ms"].value is None and entries["log.roll.ms"].is_default
     assert all(e.documentation for e in entries.values())
-    assert not any(e.sensitive for e in entries.values())
+    # Sensitive = Kafka's password type (ssl.key.password, sasl.jaas.config, ...), never with a value.
+    sensitive = {n for n, e in entries.items() if e.sensitive}
+    assert sensitive == {n for n, d in BROKER_CONFIGS.items() if d.type == "password"}
+    assert "ssl.key.password" in sensitive and all(entries[n].value is None for n in sensitive)
 
 
 def test_source_and_type_codes_match_kafka():
@@ -554,3 +558,90 @@ def test_caches_follow_dynamic_changes():
 def test_describe_topic_tolerates_invalid_stored_override():
     (e,) = describe_topic_config({"segment.bytes": "3"}, BrokerConfig(), ["segment.bytes"])
     assert (e.value, e.source) == ("3", ConfigSource.TOPIC_CONFIG)
+
+
+# ------------------------------------------------------------------ Kafka 3.9's full broker config list
+def test_kafka_broker_config_list_covers_kafka_3_9():
+    from broker.config.kafka_broker_configs import KAFKA_BROKER_CONFIGS, KAFKA_VERSION
+
+    assert KAFKA_VERSION == "3.9"
+    # Entries of 39/generated/kafka_config.html (KafkaConfig.configDef, internal configs excluded).
+    assert len(KAFKA_BROKER_CONFIGS) == 315
+    assert sum(k.mode == "read-only" for k in KAFKA_BROKER_CONFIGS.values()) == 226
+    assert sum(k.mode == "per-broker" for k in KAFKA_BROKER_CONFIGS.values()) == 37
+    assert sum(k.mode == "cluster-wide" for k in KAFKA_BROKER_CONFIGS.values()) == 52
+    # (name, type, default, update mode) as read in Kafka's source: SaslConfigs.DEFAULT_KERBEROS_MIN_TIME_BEFORE_RELOGIN
+    # = 1 min, ServerConfigs.BROKER_RACK_CONFIG (STRING, null), ReplicationConfigs.NUM_REPLICA_FETCHERS (1,
+    # DynamicThreadPool), CleanerConfig dedupe buffer 128 MiB, Defaults.MessageMaxBytes = 1 MiB + LOG_OVERHEAD,
+    # SocketServerConfigs.MAX_CONNECTIONS (Int.MaxValue, DynamicConnectionQuota), QuotaConfigs window num 11,
+    # TransactionStateManagerConfigs max timeout 15 min, ZkConfigs session timeout 18 s, the 1.7976931348623157E308
+    # cleaner io cap (Double.MaxValue), the per-broker SSL keystore password and KRaftConfigs.PROCESS_ROLES.
+    expected = {
+        "sasl.kerberos.min.time.before.relogin": ("long", "60000", "per-broker"),
+        "broker.rack": ("string", None, "read-only"),
+        "num.replica.fetchers": ("int", "1", "cluster-wide"),
+        "log.cleaner.dedupe.buffer.size": ("long", "134217728", "cluster-wide"),
+        "message.max.bytes": ("int", "1048588", "cluster-wide"),
+        "max.connections": ("int", "2147483647", "cluster-wide"),
+        "quota.window.num": ("int", "11", "read-only"),
+        "transaction.max.timeout.ms": ("int", "900000", "read-only"),
+        "zookeeper.session.timeout.ms": ("int", "18000", "read-only"),
+        "log.cleaner.io.max.bytes.per.second": ("double", "1.7976931348623157E308", "cluster-wide"),
+        "ssl.keystore.password": ("password", None, "per-broker"),
+        "process.roles": ("list", "", "read-only"),
+        "offsets.topic.replication.factor": ("short", "3", "read-only"),
+        "principal.builder.class": ("class",
+                                    "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder",
+                                    "per-broker"),
+        "group.share.max.groups": ("short", "10", "read-only"),
+    }
+    for name, fact in expected.items():
+        k = KAFKA_BROKER_CONFIGS[name]
+        assert (k.type, k.default, k.mode) == fact, name
+    assert KAFKA_BROKER_CONFIGS["sasl.kerberos.min.time.before.relogin"].dynamic
+    assert not KAFKA_BROKER_CONFIGS["broker.rack"].dynamic
+    # Every type is one the config machinery parses, and every default parses as its type.
+    for k in KAFKA_BROKER_CONFIGS.values():
+        assert k.type in {"boolean", "string", "int", "short", "long", "double", "list", "class", "password"}
+        BROKER_CONFIGS[k.name].parse(BROKER_CONFIGS[k.name].default)
+
+
+def test_kafka_broker_configs_join_the_registry_as_accepted_no_effect():
+    from broker.config.broker_defs import _BROKER_DEFS, NO_EFFECT_BROKER_CONFIGS
+    from broker.config.kafka_broker_configs import KAFKA_BROKER_CONFIGS
+
+    own = {d.name: d for d in _BROKER_DEFS}
+    assert set(KAFKA_BROKER_CONFIGS) <= set(BROKER_CONFIGS)
+    # kbroker's own definitions win (they are the ones it acts on); every other Kafka name is "no effect".
+    assert BROKER_CONFIGS["listeners"] is own["listeners"]
+    assert set(NO_EFFECT_BROKER_CONFIGS) == set(KAFKA_BROKER_CONFIGS) - set(own)
+    d = BROKER_CONFIGS["sasl.kerberos.min.time.before.relogin"]
+    assert (d.type, d.default, d.dynamic) == ("long", "60000", True)
+    assert "no" in d.doc and "not act" in d.doc
+
+
+def test_no_effect_config_from_file_and_dynamic_describe(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="broker.config"):
+        cfg = BrokerConfig.load(write(tmp_path, "broker.rack=r1\nnum.replica.fetchers=4\n"))
+    assert not caplog.records  # Kafka configs are known: no "unknown config" warning
+    assert cfg.get("broker.rack") == "r1" and cfg.get("num.replica.fetchers") == 4
+    with pytest.raises(ConfigError, match="num.replica.fetchers"):
+        BrokerConfig({"num.replica.fetchers": "many"})
+    cfg.set_dynamic("sasl.kerberos.min.time.before.relogin", "58000")
+    (entry,) = cfg.describe(["sasl.kerberos.min.time.before.relogin"])
+    assert (entry.value, entry.source, entry.read_only, entry.config_type) == (
+        "58000", ConfigSource.DYNAMIC_BROKER_CONFIG, False, ConfigType.LONG)
+    (rack,) = cfg.describe(["broker.rack"])
+    assert (rack.value, rack.source, rack.read_only) == ("r1", ConfigSource.STATIC_BROKER_CONFIG, True)
+    (pw,) = cfg.describe(["ssl.keystore.password"])
+    assert pw.sensitive and pw.value is None
+    with pytest.raises(ConfigError, match="read-only"):
+        cfg.set_dynamic("broker.rack", "r2")
+
+
+def test_reference_lists_no_effect_configs_in_their_own_section():
+    md = config_reference_markdown()
+    section = md[md.index("## Kafka broker configs accepted with no effect"):md.index("## Topic configs")]
+    assert "| `sasl.kerberos.min.time.before.relogin` | long | `60000` | per-broker |" in section
+    assert "| `broker.rack` | string | null | read-only |" in section
+    assert "`listeners`" not in section  # kbroker acts on it: listed with kbroker's own configs
