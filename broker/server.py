@@ -3,8 +3,17 @@
 Like Kafka, each connection is served one request at a time (a connection is "muted" while its
 request is in flight), so pipelined requests are applied and answered in the order sent.
 Responses ready back to back are coalesced into one write. Bad input (oversized or truncated
-frames, unknown api keys or versions, undecodable bodies) closes only that connection, with a
-log line; ApiVersions with a version we do not know gets the v0 UNSUPPORTED_VERSION answer.
+frames, unknown api keys or versions, undecodable bodies, a non-nullable field sent as null)
+closes only that connection, with one WARN line and no response, before any handler runs, as
+Kafka does; ApiVersions with a version we do not know gets the v0 UNSUPPORTED_VERSION answer.
+
+Memory (Kafka's Selector + MemoryPool): reads land in one scratch buffer shared by all
+connections (the loop reads one socket at a time), so an idle connection holds no buffer. A frame
+that does not arrive whole in one read gets its own buffer, which grows as its bytes arrive
+rather than being sized from the 4-byte prefix; frames count against ``queued.max.request.bytes``
+from admission until handled, and while that bound is reached connections stop reading (they are
+not closed). Connections with nothing in flight and no bytes in or out for
+``connections.max.idle.ms`` are closed, as Kafka's idle expiry does.
 """
 
 from __future__ import annotations
@@ -12,14 +21,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import struct
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.metadata import ApiVersionsResponse
 
 from broker.handlers import HANDLERS, RawResponse, RequestContext
+from broker.memory_pool import MemoryPool
 from protocol.api_table import get_spec
 from protocol.errors import ErrorCode
 from protocol.headers import (
@@ -28,6 +39,8 @@ from protocol.headers import (
     parse_request_header,
     skip_tagged_fields,
 )
+from protocol.null_check import checker_for
+from protocol.response_summary import error_summary
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -39,7 +52,13 @@ _SIZE = struct.Struct(">i")
 # APIs whose handling may park (long poll, waiting for a rebalance): flush earlier responses first.
 _PARKING_APIS = frozenset({1, 11, 14})
 _conn_ids = itertools.count(1)
+# One read buffer for the whole server: get_buffer() and buffer_updated() run back to back for one
+# socket at a time on the loop thread, so connections never need their own between reads.
 _SCRATCH_SIZE = 64 * 1024
+# First buffer of a frame that spans reads; it then doubles as bytes arrive (up to the frame size).
+_MIN_PARTIAL = 16 * 1024
+# Test-only: log at DEBUG how many bytes a partly read frame holds (see tests/integration/test_connection_limits.py).
+_TRACE_BUFFERS = os.environ.get("KBROKER_TRACE_REQUEST_BUFFERS") == "1"
 
 
 class CloseConnection(Exception):
@@ -50,21 +69,27 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, server: KafkaServer) -> None:
         self.server = server
         self.broker = server.broker
+        self.pool = server.pool
         self.id = next(_conn_ids)
         self.transport: asyncio.Transport | None = None
         self.peer = ("?", 0)
-        self._scratch = bytearray(_SCRATCH_SIZE)
-        self._scratch_len = 0
-        self._big: bytearray | None = None
-        self._big_pos = 0
-        self._loop = asyncio.get_event_loop()
+        # Bytes received but not placed in a frame buffer yet: an incomplete size prefix, or the
+        # start of a frame waiting for the memory pool. Replayed at the front of the next read.
+        self._stash = b""
+        self._stash_in_scratch = 0
+        # The frame being read across several reads: its buffer, bytes filled, and full size.
+        self._partial: bytearray | None = None
+        self._partial_len = 0
+        self._need = 0
+        self._held = 0  # bytes this connection has reserved in the pool
         self._frames: deque[bytearray] = deque()
         self._worker: asyncio.Task[None] | None = None
         self._closed = False
-        self._paused_reading = False
+        self._paused: set[str] = set()  # why reading is paused: "queue" and/or "memory"
         self._can_write = asyncio.Event()
         self._can_write.set()
         self._max_frame = self.broker.config.socket_request_max_bytes
+        self.last_activity = time.monotonic()
 
     # --- transport callbacks ----------------------------------------------------------------
 
@@ -79,8 +104,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._closed = True
         self._can_write.set()
         self.server.connections.discard(self)
+        self.pool.forget(self.id)
         if self._worker is not None and not self._worker.done():
             self._worker.cancel()
+        # Nothing of this connection outlives it: buffers dropped, pool reservations returned.
+        self._frames.clear()
+        self._partial = None
+        self._stash = b""
+        held, self._held = self._held, 0
+        if held:
+            self.pool.release(held)
 
     def pause_writing(self) -> None:
         self._can_write.clear()
@@ -88,25 +121,37 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def resume_writing(self) -> None:
         self._can_write.set()
 
-    # Reads land in a per-connection scratch buffer, from which small frames are copied out once;
-    # a frame larger than the scratch buffer gets its own bytearray and the rest of it is read
-    # straight into place, so big produce requests are never copied by Python.
+    # --- reading -----------------------------------------------------------------------------
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._big is not None:
-            return memoryview(self._big)[self._big_pos :]
-        return memoryview(self._scratch)[self._scratch_len :]
+        if self._partial is not None:
+            if self._partial_len == len(self._partial):
+                self._grow_partial()
+            return memoryview(self._partial)[self._partial_len :]
+        scratch = self.server.scratch
+        k = len(self._stash)
+        if k:
+            scratch[:k] = self._stash
+            self._stash = b""
+        self._stash_in_scratch = k
+        return memoryview(scratch)[k:]
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._big is not None:
-            self._big_pos += nbytes
-            if self._big_pos == len(self._big):
-                self._frames.append(self._big)
-                self._big = None
+        self.last_activity = time.monotonic()
+        if self._partial is not None:
+            self._partial_len += nbytes
+            if _TRACE_BUFFERS:
+                log.debug("connection %s: request buffer holds %d bytes (%d received of %d)",
+                          self.id, len(self._partial), self._partial_len, self._need)
+            if self._partial_len == self._need:
+                self._frames.append(self._partial)  # already counted in the pool since admission
+                self._partial = None
                 self._frames_ready()
             return
-        buf = self._scratch
-        n = self._scratch_len + nbytes
+        self._parse_scratch(self._stash_in_scratch + nbytes)
+
+    def _parse_scratch(self, n: int) -> None:
+        buf = self.server.scratch
         pos = 0
         while n - pos >= 4:
             size = _SIZE.unpack_from(buf, pos)[0]
@@ -115,37 +160,88 @@ class KafkaConnection(asyncio.BufferedProtocol):
                             self.id, *self.peer, size, self._max_frame)
                 self.close()
                 return
-            if n - pos - 4 >= size:
-                # A bytearray slice: one copy, and writable, so produce can patch offsets in place.
-                self._frames.append(buf[pos + 4 : pos + 4 + size])
-                pos += 4 + size
-            elif size + 4 > len(buf):
-                have = n - pos - 4
-                self._big = bytearray(size)
-                self._big[:have] = memoryview(buf)[pos + 4 : n]
-                self._big_pos = have
-                pos = n
+            if n - pos - 4 < size:
                 break
-            else:
-                break
-        if pos:
-            rest = n - pos
-            if rest:
-                buf[:rest] = buf[pos:n]
-            n = rest
-        self._scratch_len = n
+            # A bytearray slice: one copy, and writable, so produce can patch offsets in place.
+            self._frames.append(buf[pos + 4 : pos + 4 + size])
+            self._reserve(size)
+            pos += 4 + size
+        if pos < n:
+            self._stash = bytes(buf[pos:n])
+            if n - pos >= 4:
+                self._try_admit()
         if self._frames:
             self._frames_ready()
+        if self.pool.exhausted and self._partial is None:
+            self._wait_for_memory()
+
+    def _try_admit(self) -> None:
+        """Start the frame whose beginning is stashed, if the pool has memory left (else wait)."""
+        if self.pool.exhausted:
+            self._wait_for_memory()
+            return
+        stash = self._stash
+        size = _SIZE.unpack_from(stash, 0)[0]
+        have = len(stash) - 4
+        self._reserve(size)
+        self._partial = bytearray(min(size, max(_MIN_PARTIAL, 2 * have)))
+        self._partial[:have] = memoryview(stash)[4:]
+        self._partial_len = have
+        self._need = size
+        self._stash = b""
+
+    def _grow_partial(self) -> None:
+        assert self._partial is not None
+        old = self._partial
+        # A new buffer rather than a resize: the previous read's memoryview may still be exported.
+        self._partial = bytearray(min(self._need, 2 * len(old)))
+        self._partial[: len(old)] = old
+
+    def _reserve(self, n: int) -> None:
+        self._held += n
+        self.pool.reserve(n)
+
+    def _release(self, n: int) -> None:
+        if self._held:
+            n = min(n, self._held)
+            self._held -= n
+            self.pool.release(n)
+
+    def _wait_for_memory(self) -> None:
+        if self._closed:
+            return
+        self._pause("memory")
+        self.pool.wait(self.id, self._memory_available)
+
+    def _memory_available(self) -> None:
+        if self._closed:
+            return
+        if len(self._stash) >= 4 and self._partial is None:
+            self._try_admit()
+            if self._partial is None:
+                return  # still no memory: waiting again
+        self._resume("memory")
+
+    def _pause(self, reason: str) -> None:
+        if not self._paused and self.transport is not None and not self._closed:
+            self.transport.pause_reading()
+        self._paused.add(reason)
+
+    def _resume(self, reason: str) -> None:
+        if reason not in self._paused:
+            return
+        self._paused.discard(reason)
+        if not self._paused and self.transport is not None and not self._closed:
+            self.transport.resume_reading()
 
     def _frames_ready(self) -> None:
         if self._worker is None or self._worker.done():
-            self._worker = self._loop.create_task(self._process())
-        if len(self._frames) > self.server.max_queued and not self._paused_reading and self.transport:
-            self._paused_reading = True
-            self.transport.pause_reading()
+            self._worker = self.server.loop.create_task(self._process())
+        if len(self._frames) > self.server.max_queued:
+            self._pause("queue")
 
     def eof_received(self) -> bool | None:
-        pending = self._scratch_len + (self._big_pos if self._big is not None else 0)
+        pending = len(self._stash) + (self._partial_len if self._partial is not None else 0)
         if pending:
             log.warning("connection %s from %s:%s closed mid-frame (%d bytes of a truncated request dropped)",
                         self.id, *self.peer, pending)
@@ -156,6 +252,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._closed = True
             self.transport.close()
 
+    @property
+    def busy(self) -> bool:
+        """A request is being read, queued or handled (the connection is not idle)."""
+        return bool(self._frames) or self._partial is not None or (
+            self._worker is not None and not self._worker.done())
+
     # --- request processing ------------------------------------------------------------------
 
     async def _process(self) -> None:
@@ -163,13 +265,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
         try:
             while self._frames and not self._closed:
                 frame = self._frames.popleft()
-                if self._paused_reading and len(self._frames) < self.server.max_queued // 2 and self.transport:
-                    self._paused_reading = False
-                    self.transport.resume_reading()
+                if len(self._frames) < self.server.max_queued // 2:
+                    self._resume("queue")
                 if out and int.from_bytes(frame[:2], "big", signed=True) in _PARKING_APIS:
                     await self._write(out)
                     out = []
-                chunks = await self._handle(frame)
+                try:
+                    chunks = await self._handle(frame)
+                finally:
+                    self._release(len(frame))
+                del frame
                 if chunks:
                     out.extend(chunks)
                 if out and (not self._frames or len(out) > 64):
@@ -191,6 +296,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         if not self._can_write.is_set():
             await self._can_write.wait()
+        self.last_activity = time.monotonic()
         self.transport.writelines(chunks)
 
     async def _handle(self, frame: bytearray) -> list[bytes | memoryview] | None:
@@ -214,19 +320,24 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if spec.request_flexible(version):
                 pos = skip_tagged_fields(mv, pos)
             if reg.decoder is not None:
+                # Hand-written decoders (Produce) apply the same nullability rules themselves.
                 request = reg.decoder(mv[pos:], version)
             else:
                 request = spec.request.decode(mv[pos:], version=version)
+                # Kafka's parse error for a non-nullable field sent as null, before any handler runs.
+                check = checker_for(spec.request, version)
+                if check is not None and (bad := check(request)) is not None:
+                    raise ValueError(f"non-nullable field {bad} was serialized as null")
         except Exception as e:
-            raise CloseConnection(f"could not decode {spec.name} v{version} request: {e!r}") from None
+            raise CloseConnection(f"could not decode {spec.name} v{version} request: {e}") from None
         ctx = RequestContext(self.broker, key, version, header.correlation_id, header.client_id,
                              self.peer[0], self.peer[1], self.id)
         t0 = time.perf_counter()
         response = await reg.handler(ctx, request)
         if request_log.isEnabledFor(logging.DEBUG):
-            request_log.debug("%s v%d corr=%d client=%s conn=%d from=%s:%s took %.3f ms", spec.name, version,
-                              header.correlation_id, header.client_id, self.id, self.peer[0], self.peer[1],
-                              (time.perf_counter() - t0) * 1000)
+            request_log.debug("%s v%d corr=%d client=%s conn=%d from=%s:%s took %.3f ms error=%s", spec.name,
+                              version, header.correlation_id, header.client_id, self.id, self.peer[0],
+                              self.peer[1], (time.perf_counter() - t0) * 1000, error_summary(key, version, response))
         if response is None:
             return None
         if isinstance(response, RawResponse):
@@ -251,9 +362,14 @@ class KafkaServer:
         self.connections: set[KafkaConnection] = set()
         self.servers: list[asyncio.base_events.Server] = []
         self.max_queued = max(16, int(broker.config.get("queued.max.requests") or 500))
+        self.pool = MemoryPool(int(broker.config.get("queued.max.request.bytes")))
+        self.max_idle_s = int(broker.config.get("connections.max.idle.ms")) / 1000
+        self.scratch = bytearray(_SCRATCH_SIZE)
+        self.loop: Any = None
+        self._reaper: asyncio.Task[None] | None = None
 
     async def start(self) -> list[tuple[str, int]]:
-        loop = asyncio.get_running_loop()
+        loop = self.loop = asyncio.get_running_loop()
         bound = []
         for listener in self.broker.config.listeners:
             host = listener.host or None
@@ -264,9 +380,29 @@ class KafkaServer:
                 addr = sock.getsockname()
                 bound.append((addr[0], addr[1]))
                 log.info("listening on %s:%s (%s)", addr[0], addr[1], listener.name)
+        self._reaper = loop.create_task(self._close_idle_connections())
         return bound
 
+    async def _close_idle_connections(self) -> None:
+        """Kafka's idle expiry: close connections with nothing in flight and no traffic for the limit."""
+        interval = min(max(self.max_idle_s / 4, 0.05), 10.0)
+        while True:
+            await asyncio.sleep(interval)
+            deadline = time.monotonic() - self.max_idle_s
+            closed = 0
+            for conn in list(self.connections):
+                if conn.last_activity < deadline and not conn.busy:
+                    log.debug("closing connection %s from %s:%s: idle for more than connections.max.idle.ms=%d",
+                              conn.id, *conn.peer, int(self.max_idle_s * 1000))
+                    conn.close()
+                    closed += 1
+            if closed:
+                log.info("closed %d connections idle for more than connections.max.idle.ms=%d", closed,
+                         int(self.max_idle_s * 1000))
+
     async def stop(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
         for srv in self.servers:
             srv.close()
         for conn in list(self.connections):

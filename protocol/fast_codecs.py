@@ -86,7 +86,7 @@ def _decode_produce(buf: memoryview, version: int) -> ProduceRequestData:
     end = len(buf)
     pos = 0
 
-    def string(nullable: bool) -> str | None:
+    def string(nullable: bool, name: str) -> str | None:
         nonlocal pos
         if flexible:
             n, pos = _uvarint(buf, pos)
@@ -96,7 +96,7 @@ def _decode_produce(buf: memoryview, version: int) -> ProduceRequestData:
             pos += 2
         if n < 0:
             if not nullable:
-                raise DecodeError("null string")
+                raise DecodeError(f"non-nullable field {name} was serialized as null")
             return None
         if pos + n > end:
             raise DecodeError("string past end of request")
@@ -104,23 +104,27 @@ def _decode_produce(buf: memoryview, version: int) -> ProduceRequestData:
         pos += n
         return s
 
-    def count() -> int:
+    def count(name: str) -> int:
+        # topic_data and partition_data are not nullable in any version (ProduceRequest.json).
         nonlocal pos
         if flexible:
             n, pos = _uvarint(buf, pos)
-            return n - 1
-        n = _I32.unpack_from(buf, pos)[0]
-        pos += 4
+            n -= 1
+        else:
+            n = _I32.unpack_from(buf, pos)[0]
+            pos += 4
+        if n < 0:
+            raise DecodeError(f"non-nullable field {name} was serialized as null")
         return n
 
-    txn_id = string(True)
+    txn_id = string(True, "TransactionalId")
     acks, timeout = _PROD_HEAD.unpack_from(buf, pos)
     pos += 6
     topics = []
-    for _ in range(max(count(), 0)):
-        name = string(False)
+    for _ in range(count("TopicData")):
+        name = string(False, "TopicData[].Name")
         parts = []
-        for _ in range(max(count(), 0)):
+        for _ in range(count("TopicData[].PartitionData")):
             index = _I32.unpack_from(buf, pos)[0]
             pos += 4
             if flexible:
@@ -141,7 +145,7 @@ def _decode_produce(buf: memoryview, version: int) -> ProduceRequestData:
             parts.append(ProducePartition(index, records))
         if flexible:
             pos = _skip_tags(buf, pos)
-        topics.append(ProduceTopic(name or "", parts))
+        topics.append(ProduceTopic(name, parts))  # type: ignore[arg-type]  # not None: non-nullable
     if flexible:
         pos = _skip_tags(buf, pos)
     return ProduceRequestData(txn_id, acks, timeout, topics)
