@@ -233,7 +233,7 @@ def _unzstd(payload: memoryview, cap: int) -> list[bytes]:
     while True:
         step = max(8, (cap - total) >> 15)
         chunk = d.decompress(payload[pos:pos + step])
-        pos += step
+        pos = min(pos + step, n)
         if chunk:
             total += len(chunk)
             if total > cap:

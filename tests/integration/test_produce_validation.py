@@ -145,6 +145,25 @@ def test_offset_delta_and_count_mismatch_are_invalid_record(broker):
         assert list_offset(conn, topic, LATEST).offset == 0
 
 
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_librdkafka_batches_of_every_codec_are_accepted(broker, codec):
+    """What a stock client sends passes validation: keys, null keys, null values, headers."""
+    topic = f"codec-{codec}"
+    create_topic(broker.bootstrap, topic)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "compression.type": codec, "linger.ms": 20})
+    errors: list = []
+    sent = []
+    for i in range(300):
+        key = None if i % 3 == 0 else b"key-%d" % i
+        value = None if i % 7 == 0 else b"value-%d-" % i * (i % 50)
+        sent.append((key, value))
+        p.produce(topic, key=key, value=value, partition=0, headers=[("h", b"%d" % i), ("n", None)],
+                  on_delivery=lambda err, _msg: err is not None and errors.append(err))
+    assert p.flush(60) == 0
+    assert errors == []
+    assert [(k, v) for _, k, v in read_partition(broker.bootstrap, topic, 300)] == sent
+
+
 # --- compacted topics need keys --------------------------------------------------------------------
 
 
@@ -159,6 +178,16 @@ def test_compacted_topic_raw_produce_gets_record_errors(broker):
         assert [(e.batch_index, e.batch_index_error_message) for e in resp.record_errors] == [(1, msg), (3, msg)]
         assert list_offset(conn, topic, LATEST).offset == 0
         assert produce(conn, topic, B.build_batch([(b"a", b"1"), (b"b", None)])).error_code == 0  # tombstone ok
+
+
+def test_compacted_topic_refuses_keyless_records_before_produce_v8(broker):
+    # record_errors exist from Produce v8; older versions get the error code alone
+    topic = "compacted-v7"
+    create_topic(broker.bootstrap, topic, {"cleanup.policy": "compact"})
+    with RawConnection(broker.bootstrap) as conn:
+        resp = produce(conn, topic, B.build_batch([(None, b"1")]), version=7)
+        assert resp.error_code == ErrorCode.INVALID_RECORD
+        assert list_offset(conn, topic, LATEST).offset == 0
 
 
 def _deliveries(p: Producer, sends: list[tuple[bytes | None, bytes]], topic: str) -> list:

@@ -60,6 +60,19 @@ def test_good_batches_of_every_codec_pass(codec):
     assert len(B.decode_records(data)) == len(recs)
 
 
+def test_other_framings_of_codecs_pass():
+    """Raw snappy (no xerial framing), several zstd frames and several gzip members in one payload:
+    consumers decode all of them (Java's streams read across frames and members)."""
+    import snappy
+
+    recs = b"".join(record(i, b"k", b"v%d" % i) for i in range(40))
+    half = len(record(0, b"k", b"v0")) * 10
+    check(wrap(snappy.compress(recs), 40, attributes=2))
+    z = zstandard.ZstdCompressor()
+    check(wrap(z.compress(recs[:half]) + z.compress(recs[half:]), 40, attributes=4))
+    check(wrap(gzip.compress(recs[:half]) + gzip.compress(recs[half:]), 40, attributes=1))
+
+
 def test_hand_encoded_records_with_large_varints_pass():
     recs = b"".join(record(i, b"k" * 200, b"v" * 20000, [(b"hk", b"hv" * 100)], ts_delta=-(1 << 40))
                     for i in range(130))
