@@ -25,7 +25,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from urllib.parse import urlsplit
 
 import aetcd
@@ -98,6 +98,19 @@ class EtcdSession:
         self.safety_margin_s: float = 0.0
         self.last_ack: float = -math.inf
         self.acks = 0
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, object], **kw) -> EtcdSession:
+        """A session from broker settings by name (values as strings or ints, e.g. a server.properties dict)."""
+        def get(name: str, default: str = "") -> str:
+            value = config.get(name)
+            return default if value is None else str(value)
+
+        return cls(get("kbroker.etcd.endpoints"),
+                   session_timeout_ms=int(get("broker.session.timeout.ms", "9000")),
+                   heartbeat_interval_ms=int(get("broker.heartbeat.interval.ms", "2000")),
+                   username=get("kbroker.etcd.username") or None, password=get("kbroker.etcd.password") or None,
+                   **kw)
 
     # -- connection ------------------------------------------------------------------------------
     @property

@@ -13,10 +13,11 @@ import time
 
 import pytest
 
-from cluster.etcd_session import EtcdSession, default_safety_margin_ms, parse_endpoints
+from cluster.etcd_session import EtcdSession, EtcdUnavailable, default_safety_margin_ms, parse_endpoints
 from cluster.membership import Membership
 from cluster.records import BrokerRegistration, Endpoint
 from tests.cluster.support import wait_until
+from tests.helpers.broker_proc import free_port
 
 GAP = 0.3  # seconds between the last acknowledged keepalive and the cut (heartbeats are 0.5 s apart)
 
@@ -107,3 +108,19 @@ def test_endpoints_parsing_and_default_margin():
     assert default_safety_margin_ms(2000, 200) == 500
     with pytest.raises(ValueError):
         EtcdSession("h:1", session_timeout_ms=1000, heartbeat_interval_ms=1000)
+
+
+async def test_connects_to_the_first_answering_endpoint_from_broker_settings(etcd):
+    dead = f"http://127.0.0.1:{free_port()}"
+    session = EtcdSession.from_config({"kbroker.etcd.endpoints": f"{dead},{etcd.endpoints}",
+                                       "broker.session.timeout.ms": "2000", "broker.heartbeat.interval.ms": "200"})
+    await session.open()
+    try:
+        assert session.endpoint == etcd.endpoints
+        assert session.ttl_s == 2 and not session.fenced()
+        await wait_until(lambda: session.acks >= 2, "a keepalive through the second endpoint")
+    finally:
+        await session.close()
+    assert session.fenced()
+    with pytest.raises(EtcdUnavailable):
+        await EtcdSession(dead, request_timeout_ms=300).open()
