@@ -10,18 +10,20 @@ final synchronous flush of every log.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from broker.admin_limits import MAX_PARTITIONS_CONFIG, check_broker_partitions
 from broker.config import BrokerConfig, log_config_properties
 from broker.config.listeners import unimplemented_listeners
 from broker.coordinator_bridge import LocalPartitionAccess
 from broker.handlers import load_handlers
-from broker.metadata import BrokerInfo, LocalMetadataStore, MetadataStore, TopicInfo
+from broker.metadata import INTERNAL_TOPICS, BrokerInfo, LocalMetadataStore, MetadataStore, TopicInfo
 from broker.replica_manager import ReplicaManager
 from broker.server import KafkaServer
 from coordinator.producer_id_manager import ProducerIdManager
@@ -55,6 +57,7 @@ class Broker:
         self._cleaner: Any = None
         self._uncleanable: set[str] = set()
         self.bound: list[tuple[str, int]] = []
+        self._reserved = 0  # partitions of creations between their limit check and metadata write
 
     # --- configuration helpers ---------------------------------------------------------------
 
@@ -141,11 +144,15 @@ class Broker:
 
     def _on_metadata_event(self, event: str, info: TopicInfo) -> None:
         if event in ("created", "partitions"):
-            self.replica_manager.ensure_topic(info.name, info.num_partitions, info.configs)
+            # In steps off the loop (a topic may have thousands of partitions); create_topic and
+            # add_partitions wait for it before answering.
+            self.replica_manager.start_creation(info.name, info.topic_id)
         elif event == "deleted":
             self.replica_manager.remove_topic(info.name)
         elif event == "configs":
             self.replica_manager.update_configs(info.name, info.configs)
+        if event in ("created", "deleted") and getattr(self, "group_coordinator", None) is not None:
+            self.group_coordinator.on_topics_changed()  # KIP-848 regex subscriptions are resolved again
 
     def verify_txn_partition(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
                              topic: str, partition: int) -> int:
@@ -158,7 +165,48 @@ class Broker:
 
     async def create_topic(self, name: str, num_partitions: int, configs: dict[str, str],
                            *, internal: bool = False) -> TopicInfo:
-        return await self.metadata.create_topic(name, num_partitions, configs, internal=internal)
+        """Register the topic, then wait until its partitions exist here. The registration is
+        one atomic metadata write: if the broker stops before the logs are all created, the
+        topic is registered and the next start creates the missing ones."""
+        internal = internal or name in INTERNAL_TOPICS
+        with self._reserve_partitions(0 if internal else num_partitions):
+            info = await self.metadata.create_topic(name, num_partitions, configs, internal=internal)
+        await self.replica_manager.wait_created(info.name)
+        return info
+
+    async def delete_topic(self, name: str) -> TopicInfo:
+        """Unregister the topic (it stops being served at once), then wait until its files are
+        deleted, in steps off the loop."""
+        info = await self.metadata.delete_topic(name)
+        await self.replica_manager.wait_deleted(info.name)
+        return info
+
+    async def add_partitions(self, name: str, total: int) -> TopicInfo:
+        info = self.metadata.check_partition_increase(name, total)
+        with self._reserve_partitions(0 if info.internal else total - info.num_partitions):
+            info = await self.metadata.add_partitions(name, total)
+        await self.replica_manager.wait_created(info.name)
+        return info
+
+    def partition_count(self) -> int:
+        """Partitions counted against kbroker.max.partitions: those of non-internal topics, plus
+        those of creations checked but not yet registered."""
+        return sum(t.num_partitions for t in self.metadata.topics().values() if not t.internal) + self._reserved
+
+    def check_partition_limit(self, adding: int) -> None:
+        check_broker_partitions(self.partition_count(), adding, int(self.config.get(MAX_PARTITIONS_CONFIG)))
+
+    @contextlib.contextmanager
+    def _reserve_partitions(self, adding: int) -> Iterator[None]:
+        """Check kbroker.max.partitions and hold ``adding`` against it until the metadata write
+        (which counts them from then on) is done: concurrent creations cannot both pass."""
+        if adding:
+            self.check_partition_limit(adding)
+        self._reserved += adding
+        try:
+            yield
+        finally:
+            self._reserved -= adding
 
     # --- schedulers --------------------------------------------------------------------------
 
@@ -247,6 +295,10 @@ class Broker:
 
     async def stop(self) -> None:
         log.info("shutting down")
+        # Partition creation stops at its current step (the topics are registered: the next
+        # start completes them); the process-level deadline (kbroker.shutdown.timeout.ms, see
+        # broker.cli) bounds the rest.
+        await self.replica_manager.cancel_creations()
         await self.server.stop()
         await self.txn_coordinator.stop()
         if self.group_coordinator is not None:

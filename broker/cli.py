@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
+import threading
 
 
 class _Formatter(logging.Formatter):
@@ -65,8 +67,19 @@ async def _serve(config) -> int:
 
     broker = Broker(config)
     loop = asyncio.get_running_loop()
+    stopping = threading.Event()
+    timeout_ms = int(config.get("kbroker.shutdown.timeout.ms"))
+
+    def on_signal(signum: int, _frame: object) -> None:
+        # A Python-level handler, not loop.add_signal_handler: it runs at the next bytecode even
+        # while the loop is stuck in a long synchronous step, so the deadline always starts.
+        if not stopping.is_set():
+            stopping.set()
+            _shutdown_deadline(timeout_ms, signal.Signals(signum).name)
+        loop.call_soon_threadsafe(broker.request_stop)
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, broker.request_stop)
+        signal.signal(sig, on_signal)
     try:
         await broker.start()
     except OSError as e:
@@ -75,6 +88,26 @@ async def _serve(config) -> int:
     await broker.run_until_stopped()
     await broker.stop()
     return 0
+
+
+def _shutdown_deadline(timeout_ms: int, cause: str) -> None:
+    """Start the stop's deadline (kbroker.shutdown.timeout.ms): whatever is still in flight when
+    it passes (a stuck fsync, a loop that does not get back), the process exits with code 1.
+    Nothing is lost that a crash would not lose: the clean-shutdown marker is written last, so
+    the next start recovers the logs."""
+    log = logging.getLogger("broker")
+    log.info("%s received: stopping (deadline %d ms)", cause, timeout_ms)
+
+    def expire() -> None:
+        log.error("shutdown did not finish within %d ms of %s (kbroker.shutdown.timeout.ms); exiting "
+                  "without a clean shutdown, the next start recovers the logs", timeout_ms, cause)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(1)
+
+    timer = threading.Timer(timeout_ms / 1000, expire)
+    timer.daemon = True
+    timer.start()
 
 
 def cmd_dump_log(args: argparse.Namespace) -> int:

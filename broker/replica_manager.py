@@ -9,6 +9,13 @@ its fsync in the default executor and completes it on the loop (storage.log's pl
 FlushPlan.sync / complete_flush). A log has at most one flush in flight; requests made meanwhile
 share a single follow-up flush. Appends report flush.messages being reached (`flush_due`) and
 the produce path awaits the flush before acknowledging.
+
+Partition creation (a new topic, CreatePartitions) is a background job per topic
+(`start_creation`): steps of CREATE_STEP partitions whose directories and first files are made
+in the executor, registered on the loop in between, so other clients keep being served. The
+topic is registered in metadata first (one atomic write); a job cancelled by a stop leaves the
+rest to the next start, one cancelled by DeleteTopics deletes what its last step made. Deletion
+likewise: partitions stop being served at once, their files go in steps in the executor.
 """
 
 from __future__ import annotations
@@ -16,8 +23,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 from protocol.errors import ErrorCode, KafkaError
@@ -30,6 +39,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("broker.replica_manager")
 
+
+# Partitions whose logs one step of a creation job opens in an executor thread (~1 ms each): the
+# loop gets the GIL between steps, and a stop waits for at most one step.
+CREATE_STEP = 32
+DELETE_STEP = 64
 
 # A flush request without an end offset: everything appended when the flush is planned.
 _FLUSH_ALL = 1 << 63
@@ -139,6 +153,8 @@ class ReplicaManager:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.partitions: dict[tuple[str, int], Partition] = {}
+        self._creating: dict[str, asyncio.Task[None]] = {}  # topic -> its creation job
+        self._deleting: dict[str, asyncio.Task[None]] = {}  # topic -> the job deleting its files
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -152,11 +168,158 @@ class ReplicaManager:
                 lg.assign_leader_epoch(epoch, lg.log_end_offset)
                 self.partitions[(topic, p)] = Partition(topic, p, lg, epoch, max_bytes)
 
+    def start_creation(self, topic: str, topic_id: uuid.UUID) -> None:
+        """Create, in the background and in steps, the logs of the topic's partitions this broker
+        lacks (a new topic, or CreatePartitions). A job already running for the topic picks up
+        the new partition count at its next step. ``wait_created`` awaits it."""
+        job = self._creating.get(topic)
+        if job is not None and not job.done() and job.get_name() == f"create-{topic}-{topic_id}":
+            return
+        if job is not None:
+            job.cancel()  # a previous incarnation of the name: remove_topic normally did this already
+        job = asyncio.create_task(self._create_partitions(topic, topic_id), name=f"create-{topic}-{topic_id}")
+        self._creating[topic] = job
+        job.add_done_callback(partial(self._creation_done, topic))
+
+    def _creation_done(self, topic: str, job: asyncio.Task[None]) -> None:
+        if self._creating.get(topic) is job:
+            del self._creating[topic]
+        if not job.cancelled() and job.exception() is not None:
+            log.error("creating the partitions of %s failed", topic, exc_info=job.exception())
+
+    async def wait_created(self, topic: str) -> None:
+        """Wait for the topic's creation job, if any; KAFKA_STORAGE_ERROR if it failed. Waiting is
+        not cancelling: a caller that goes away (closed connection) leaves the job running."""
+        job = self._creating.get(topic)
+        if job is None:
+            return
+        await asyncio.wait([job])
+        if job.cancelled():
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{topic}' was deleted while being created")
+        if job.exception() is not None:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                             f"Creating the partitions of '{topic}' failed: {job.exception()}")
+
+    async def cancel_creations(self) -> None:
+        """Shutdown: stop every creation and deletion job at its current step. Metadata already
+        holds those topics, so the next start creates the partitions still missing; the logs
+        still to delete are deleted by LogManager.shutdown."""
+        jobs = list(self._creating.values()) + list(self._deleting.values())
+        for job in jobs:
+            job.cancel()
+        if jobs:
+            await asyncio.wait(jobs)
+
+    async def _create_partitions(self, topic: str, topic_id: uuid.UUID) -> None:
+        deleting = self._deleting.get(topic)
+        if deleting is not None:
+            await asyncio.wait([deleting])  # the dirs of a deleted topic of that name must go first
+        loop = asyncio.get_running_loop()
+        md = self.broker.metadata
+        lm = self.broker.log_manager
+        next_p = 0
+        while True:
+            info = md.get_topic(topic)
+            if info is None or info.topic_id != topic_id:
+                return
+            chunk: list[int] = []
+            while next_p < info.num_partitions and len(chunk) < CREATE_STEP:
+                if (topic, next_p) not in self.partitions:
+                    chunk.append(next_p)
+                next_p += 1
+            if not chunk:
+                return
+            log_config = self.broker.log_config_for(info.configs)
+            max_bytes = self.broker.max_message_bytes_for(info.configs)
+            epochs = {p: md.leader_epoch(topic, p) for p in chunk}
+            # Logs already on disk (loaded at start-up) only need their Partition.
+            new = [p for p in chunk if lm.get_log(topic, p) is None]
+            opened: list[tuple[int, Log]] = []
+            if new:
+                planned = lm.reserve_dirs(topic, new)
+                step = loop.run_in_executor(None, lm.open_new_logs, planned, log_config, epochs)
+                try:
+                    opened = await asyncio.shield(step)
+                except asyncio.CancelledError:
+                    # Deleted topic or shutdown: the step's thread finishes, then its logs are
+                    # closed (or deleted with their topic), never registered.
+                    await self._abandon_step(topic, topic_id, new, step)
+                    raise
+                except BaseException:
+                    lm.release_dirs(topic, new)
+                    raise
+            for p, lg in opened:
+                lm.register_log(topic, p, lg)
+            for p in chunk:
+                lg = lm.get_or_create_log(topic, p, log_config)  # registered: only a config check
+                lg.assign_leader_epoch(epochs[p], lg.log_end_offset)  # no-op for the new ones
+                self.partitions[(topic, p)] = Partition(topic, p, lg, epochs[p], max_bytes)
+            await asyncio.sleep(0)  # let requests in between steps even when nothing went to a thread
+
+    async def _abandon_step(self, topic: str, topic_id: uuid.UUID, partitions: list[int],
+                            step: asyncio.Future[list[tuple[int, Log]]]) -> None:
+        await asyncio.wait([step])
+        self.broker.log_manager.release_dirs(topic, partitions)
+        if step.cancelled() or step.exception() is not None:
+            return
+        info = self.broker.metadata.get_topic(topic)
+        gone = info is None or info.topic_id != topic_id
+        logs = [lg for _, lg in step.result()]
+
+        def discard() -> None:
+            for lg in logs:
+                lg.delete() if gone else lg.close()
+
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, discard)
+        except Exception:
+            log.exception("discarding the logs of an abandoned creation step of %s failed", topic)
+
     def remove_topic(self, topic: str) -> None:
+        """Stop serving the topic now; its files are deleted by a background job in steps
+        (``wait_deleted``), which a creation of the same name waits for."""
+        job = self._creating.pop(topic, None)
+        if job is not None:
+            job.cancel()
+        lm = self.broker.log_manager
+        logs = []
         for key in [k for k in self.partitions if k[0] == topic]:
             part = self.partitions.pop(key)
             part.wake_waiters()
-            self.broker.log_manager.delete_log(*key)
+            lg = lm.detach_log(*key)
+            if lg is not None:
+                logs.append(lg)
+        if logs:
+            previous = self._deleting.get(topic)
+            job = asyncio.create_task(self._delete_logs(logs, previous), name=f"delete-{topic}")
+            self._deleting[topic] = job
+            job.add_done_callback(partial(self._deletion_done, topic))
+
+    async def _delete_logs(self, logs: list[Log], previous: asyncio.Task[None] | None) -> None:
+        if previous is not None:
+            await asyncio.wait([previous])
+        loop = asyncio.get_running_loop()
+        lm = self.broker.log_manager
+        for i in range(0, len(logs), DELETE_STEP):
+            step = loop.run_in_executor(None, lm.delete_detached, logs[i:i + DELETE_STEP])
+            try:
+                await asyncio.shield(step)
+            except asyncio.CancelledError:
+                # A stop: the step finishes first, LogManager.shutdown deletes what is left.
+                await asyncio.wait([step])
+                raise
+
+    def _deletion_done(self, topic: str, job: asyncio.Task[None]) -> None:
+        if self._deleting.get(topic) is job:
+            del self._deleting[topic]
+        if not job.cancelled() and job.exception() is not None:
+            log.error("deleting the logs of %s failed", topic, exc_info=job.exception())
+
+    async def wait_deleted(self, topic: str) -> None:
+        """Wait until the files of the topic's deleted partitions are gone (errors are logged)."""
+        job = self._deleting.get(topic)
+        if job is not None:
+            await asyncio.wait([job])
 
     def update_configs(self, topic: str, configs: dict[str, str]) -> None:
         log_config = self.broker.log_config_for(configs)

@@ -13,7 +13,8 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from storage.checkpoints import (
@@ -34,6 +35,15 @@ log = logging.getLogger("storage.log")
 _SKIP_DIR_SUFFIXES = (DELETE_DIR_SUFFIX, "-future", "-stray")
 
 
+# Threads that flush and close logs at shutdown.
+_SHUTDOWN_WORKERS = 8
+
+
+def _flush_and_close(lg: Log) -> None:
+    lg.flush()
+    lg.close()
+
+
 class LogManager:
     def __init__(
         self,
@@ -52,6 +62,7 @@ class LogManager:
         self._logs: dict[tuple[str, int], Log] = {}
         self._dir_of: dict[tuple[str, int], Path] = {}  # partition -> its log dir
         self.had_clean_shutdown: dict[Path, bool] = {}
+        self._deleting: set[Log] = set()  # detached, files not deleted yet
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -93,10 +104,18 @@ class LogManager:
             delete_clean_shutdown(log_dir)
 
     def shutdown(self, broker_epoch: int = -1) -> None:
-        for lg in self._logs.values():
-            lg.flush()
-        for lg in self._logs.values():
-            lg.close()
+        # Each log's flush and close are a few fsyncs of its own files; thousands of partitions
+        # would take seconds one after the other, so they run side by side (fsync releases the
+        # GIL). The checkpoints and the clean-shutdown marker still come after all of them.
+        logs = list(self._logs.values())
+        if len(logs) > 1:
+            with ThreadPoolExecutor(max_workers=min(_SHUTDOWN_WORKERS, len(logs)),
+                                    thread_name_prefix="log-shutdown") as pool:
+                list(pool.map(_flush_and_close, logs))
+        else:
+            for lg in logs:
+                _flush_and_close(lg)
+        self.delete_detached(list(self._deleting))
         self.checkpoint()
         for log_dir in self.log_dirs:
             write_clean_shutdown(log_dir, broker_epoch)
@@ -122,6 +141,69 @@ class LogManager:
         self._dir_of[(topic, partition)] = path.parent
         log.info("Created log for %s-%d in %s", topic, partition, path.parent)
         return lg
+
+    # --- creation in steps (a broker creating many partitions keeps its event loop free) ------
+
+    def reserve_dirs(self, topic: str, partitions: Iterable[int]) -> list[tuple[int, Path]]:
+        """Pick the dir of each new partition now, so that the placement of later ones counts them
+        (the owner thread, before ``open_new_logs`` runs elsewhere). ``release_dirs`` undoes it."""
+        out = []
+        for p in partitions:
+            path = self.dir_for(topic, p)
+            self._dir_of[(topic, p)] = path.parent
+            out.append((p, path))
+        return out
+
+    def release_dirs(self, topic: str, partitions: Iterable[int]) -> None:
+        for p in partitions:
+            if (topic, p) not in self._logs:
+                self._dir_of.pop((topic, p), None)
+
+    def open_new_logs(self, planned: list[tuple[int, Path]], config: LogConfig,
+                      leader_epochs: Mapping[int, int]) -> list[tuple[int, Log]]:
+        """Create (or open, if a dir is already there) the logs of ``planned`` partitions. Touches
+        only the filesystem and the new Log objects, so it may run in an executor thread; the
+        logs are not served until ``register_log``. On error the logs opened so far are closed."""
+        opened: list[tuple[int, Log]] = []
+        try:
+            for p, path in planned:
+                fresh = not path.exists()  # a partition created now has nothing to recover
+                lg = Log.open(path, config, producer_state=self._producer_state(path), clean_shutdown=fresh)
+                opened.append((p, lg))
+                lg.assign_leader_epoch(leader_epochs[p], lg.log_end_offset)
+        except BaseException:
+            for _, lg in opened:
+                lg.close()
+            raise
+        return opened
+
+    def register_log(self, topic: str, partition: int, lg: Log) -> Log:
+        """Make a log from ``open_new_logs`` known (the owner thread). If one was registered
+        meanwhile, that one stays and ``lg`` is closed."""
+        existing = self._logs.get((topic, partition))
+        if existing is not None:
+            lg.close()
+            return existing
+        self._logs[(topic, partition)] = lg
+        self._dir_of[(topic, partition)] = lg.dir.parent
+        log.info("Created log for %s-%d in %s", topic, partition, lg.dir.parent)
+        return lg
+
+    def detach_log(self, topic: str, partition: int) -> Log | None:
+        """Forget a partition being deleted, before its files go (``delete_detached``, which may
+        run in an executor). Until then shutdown finishes the deletion, so a clean stop never
+        leaves the dir of a deleted partition behind to be taken for a live one."""
+        lg = self._logs.pop((topic, partition), None)
+        self._dir_of.pop((topic, partition), None)
+        if lg is not None:
+            self._deleting.add(lg)
+        return lg
+
+    def delete_detached(self, logs: Iterable[Log]) -> None:
+        for lg in logs:
+            lg.delete()
+            self._deleting.discard(lg)
+            log.info("Deleted log %s", lg.dir.name)
 
     def delete_log(self, topic: str, partition: int) -> None:
         lg = self._logs.pop((topic, partition), None)

@@ -231,6 +231,14 @@ _BROKER_DEFS: list[ConfigDef] = [
     # --- kbroker extensions
     _b("kbroker.log.level", "string", "INFO", "kbroker extension: level of the broker's own logging.",
        ValidString(LOG_LEVELS, case_insensitive=True), dynamic=True),
+    _b("kbroker.max.partitions", "int", 10000,
+       "kbroker extension: most partitions this broker holds. CreateTopics, CreatePartitions and automatic topic "
+       "creation that would go past it fail with POLICY_VIOLATION; internal topics are not counted against it.",
+       at_least(1)),
+    _b("kbroker.shutdown.timeout.ms", "int", 20000,
+       "kbroker extension: how long a stop (SIGTERM/SIGINT) may take. Past it the process logs an error and "
+       "exits with code 1 without a clean-shutdown marker (the next start recovers the logs).",
+       at_least(1)),
 ]
 
 BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS}

@@ -7,9 +7,19 @@ replication factor -1 means the default, anything above the live broker count ->
 INVALID_REPLICATION_FACTOR; bad configs -> INVALID_CONFIG; ``validate_only`` checks without
 creating. Manual replica assignments are accepted only when they name this broker. Internal
 topics cannot be deleted by clients. CreatePartitions can only grow a topic.
+
+Size bounds (broker.admin_limits): as Kafka's controller, a CreateTopics asking for more than
+10,000 partitions in all, or whose topics would write more than 10,000 metadata records (one per
+topic, config and partition), and a CreatePartitions adding more than 10,000 partitions fail
+whole, every topic with POLICY_VIOLATION (validate_only too). kbroker extension:
+``kbroker.max.partitions`` refuses, per topic, creations that would take the broker past it.
+Partitions are created in steps off the event loop (ReplicaManager.start_creation); the answer
+is sent once they exist.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 from kafka.protocol.admin import (
     CreatePartitionsResponse,
@@ -17,9 +27,15 @@ from kafka.protocol.admin import (
     DeleteTopicsResponse,
 )
 
+from broker.admin_limits import (
+    check_records,
+    check_requested_partitions,
+    create_topic_records,
+    requested_partitions,
+)
 from broker.config import ConfigError, describe_topic_config, validate_topic_configs
 from broker.handlers import RequestContext, api
-from broker.metadata import validate_topic_name
+from broker.metadata import INTERNAL_TOPICS, validate_topic_name
 from protocol.errors import ErrorCode, KafkaError
 
 CreatableTopicResult = CreateTopicsResponse.CreatableTopicResult
@@ -43,16 +59,36 @@ def _check_replication(ctx: RequestContext, rf: int, assignments) -> None:
                          f"cannot be reached because only {len(live)} broker(s) are registered.")
 
 
+def _failed_request(v: int, request, error: KafkaError) -> CreateTopicsResponse:
+    """Kafka's answer when the controller refuses the whole request: every topic gets the error."""
+    return CreateTopicsResponse(version=v, throttle_time_ms=0, topics=[
+        CreatableTopicResult(version=v, name=t.name, topic_id=None, error_code=error.code,
+                             error_message=error.message, num_partitions=-1, replication_factor=-1, configs=None)
+        for t in request.topics])
+
+
 @api(19, 2, 7)
 async def handle_create_topics(ctx: RequestContext, request) -> CreateTopicsResponse:
     v = ctx.api_version
     broker = ctx.broker
     md = broker.metadata
+    default_partitions = broker.config.num_partitions
+    names = Counter(t.name for t in request.topics)
+    try:
+        # Kafka's controller counts the requested partitions first (duplicates are dropped
+        # before it sees the request), so a huge count is refused before anything else.
+        check_requested_partitions(
+            requested_partitions(t.num_partitions, len(t.assignments or ()), default_partitions)
+            for t in request.topics if names[t.name] == 1)
+    except KafkaError as e:
+        return _failed_request(v, request, e)
     results = []
+    planned: list[tuple[CreatableTopicResult, str, int, dict[str, str | None]]] = []
     seen: set[str] = set()
     for t in request.topics:
         res = CreatableTopicResult(version=v, name=t.name, topic_id=None, error_code=0, error_message=None,
                                    num_partitions=-1, replication_factor=-1, configs=None)
+        results.append(res)
         try:
             if t.name in seen:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Create topics request from client contains a duplicate topic: {t.name}")
@@ -66,7 +102,7 @@ async def handle_create_topics(ctx: RequestContext, request) -> CreateTopicsResp
                                  "Both numPartitions or replicationFactor and replicasAssignments were set.")
             n = len(t.assignments) if t.assignments else t.num_partitions
             if n == -1:
-                n = broker.config.num_partitions
+                n = default_partitions
             if n <= 0:
                 raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
             _check_replication(ctx, t.replication_factor, t.assignments)
@@ -75,11 +111,28 @@ async def handle_create_topics(ctx: RequestContext, request) -> CreateTopicsResp
                 validate_topic_configs(configs)
             except ConfigError as e:
                 raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
+            planned.append((res, t.name, n, configs))
+        except KafkaError as e:
+            res.error_code = e.code
+            res.error_message = e.message
+    try:
+        # Kafka's BoundedList: the records the topics that passed their checks would write, with
+        # validate_only too (the controller builds the records, then discards them).
+        check_records(sum(create_topic_records(n, len(configs)) for _, _, n, configs in planned))
+    except KafkaError as e:
+        return _failed_request(v, request, e)
+    validated = 0  # validate_only: partitions the request would add before this topic
+    for res, name, n, configs in planned:
+        try:
+            if request.validate_only:
+                if name not in INTERNAL_TOPICS:
+                    broker.check_partition_limit(validated + n)
+                    validated += n
+            else:
+                info = await broker.create_topic(name, n, configs)
+                res.topic_id = info.topic_id
             res.num_partitions = n
             res.replication_factor = 1
-            if not request.validate_only:
-                info = await broker.create_topic(t.name, n, configs)
-                res.topic_id = info.topic_id
             if v >= 5:
                 res.configs = [
                     CreatableTopicResult.CreatableTopicConfigs(
@@ -90,9 +143,6 @@ async def handle_create_topics(ctx: RequestContext, request) -> CreateTopicsResp
         except KafkaError as e:
             res.error_code = e.code
             res.error_message = e.message
-            res.num_partitions = -1
-            res.replication_factor = -1
-        results.append(res)
     return CreateTopicsResponse(version=v, throttle_time_ms=0, topics=results)
 
 
@@ -123,7 +173,7 @@ async def handle_delete_topics(ctx: RequestContext, request) -> DeleteTopicsResp
             if info.internal:
                 raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Internal topics cannot be deleted")
             res.name, res.topic_id = info.name, info.topic_id
-            await md.delete_topic(info.name)
+            await ctx.broker.delete_topic(info.name)
         except KafkaError as e:
             res.error_code = e.code
             res.error_message = e.message
@@ -134,10 +184,11 @@ async def handle_delete_topics(ctx: RequestContext, request) -> DeleteTopicsResp
 @api(37, 0, 3)
 async def handle_create_partitions(ctx: RequestContext, request) -> CreatePartitionsResponse:
     v = ctx.api_version
-    md = ctx.broker.metadata
-    results = []
+    broker = ctx.broker
+    md = broker.metadata
+    outcomes: list[tuple[str, ErrorCode, str | None]] = []
+    planned: list[tuple[int, str, int, int, bool]] = []  # (outcome index, topic, new total, added, internal)
     for t in request.topics:
-        code, msg = ErrorCode.NONE, None
         try:
             info = md.check_partition_increase(t.name, t.count)
             if t.assignments is not None:
@@ -146,10 +197,28 @@ async def handle_create_partitions(ctx: RequestContext, request) -> CreatePartit
                                      f"Increasing the number of partitions by {t.count - info.num_partitions} but "
                                      f"{len(t.assignments)} assignments provided.")
                 _check_replication(ctx, -1, t.assignments)
-            if not request.validate_only:
-                await md.add_partitions(t.name, t.count)
+            planned.append((len(outcomes), t.name, t.count, t.count - info.num_partitions, info.internal))
+            outcomes.append((t.name, ErrorCode.NONE, None))
         except KafkaError as e:
-            code, msg = e.code, e.message
-        results.append(CreatePartitionsResponse.CreatePartitionsTopicResult(version=v, name=t.name, error_code=code,
-                                                                             error_message=msg))
-    return CreatePartitionsResponse(version=v, throttle_time_ms=0, results=results)
+            outcomes.append((t.name, e.code, e.message))
+    try:
+        # One PartitionRecord per added partition, bounded per request like Kafka's controller
+        # (deviation: Kafka catches the overflow per topic; here the whole request fails).
+        check_records(sum(added for _, _, _, added, _ in planned))
+    except KafkaError as e:
+        outcomes = [(t.name, e.code, e.message) for t in request.topics]
+        planned = []
+    validated = 0
+    for i, name, count, added, internal in planned:
+        try:
+            if request.validate_only:
+                if not internal:
+                    broker.check_partition_limit(validated + added)
+                    validated += added
+            else:
+                await broker.add_partitions(name, count)
+        except KafkaError as e:
+            outcomes[i] = (name, e.code, e.message)
+    return CreatePartitionsResponse(version=v, throttle_time_ms=0, results=[
+        CreatePartitionsResponse.CreatePartitionsTopicResult(version=v, name=name, error_code=code, error_message=msg)
+        for name, code, msg in outcomes])
