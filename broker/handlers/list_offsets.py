@@ -7,10 +7,12 @@ first record with a timestamp >= it; none -> offset -1, timestamp -1. Lookups ne
 offsets at or above the last stable offset for read_committed (or the high watermark).
 The returned leader epoch is the epoch that wrote the offset, from the leader-epoch cache.
 
-MAX_TIMESTAMP decodes the records of the batch holding the max timestamp. A log may hold batches
-stored before produce validated records (see `kbroker dump-log --deep-verify`); when that batch
-cannot be decoded, the answer is best effort: the max timestamp with the offset the segment
-recorded for it (the last offset of its batch), and one WARN line, never a traceback.
+MAX_TIMESTAMP and timestamp lookups decode the records of the batch that holds the answer. A log
+may hold batches stored before produce validated records (see `kbroker dump-log --deep-verify`);
+when that batch cannot be decoded, the answer is best effort at batch granularity, with one WARN
+line and never a traceback: MAX_TIMESTAMP answers the offset the segment recorded for its max
+timestamp (the last offset of its batch), a timestamp lookup the base offset and max timestamp of
+the first batch whose max timestamp reaches the target.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def lookup(part, timestamp: int, isolation: int) -> tuple[int, int]:
             return -1, -1
         ts, off = found
     elif timestamp >= 0:
-        found = lg.offset_for_timestamp(timestamp)
+        found = _offset_for_timestamp(part, timestamp)
         if found is None:
             return -1, -1
         off, ts = found
@@ -82,6 +84,25 @@ def _latest_timestamp(part) -> tuple[int, int] | None:
                     "the segment's max timestamp offset (see kbroker dump-log --deep-verify)", part.topic,
                     part.index, None if best is None else best.offset_of_max_timestamp, type(e).__name__, e)
         return None if best is None else (best.max_timestamp, best.offset_of_max_timestamp)
+
+
+def _offset_for_timestamp(part, timestamp: int) -> tuple[int, int] | None:
+    """Log.offset_for_timestamp, falling back to batch granularity when a batch cannot be decoded."""
+    lg = part.log
+    try:
+        return lg.offset_for_timestamp(timestamp)
+    except Exception as e:  # undecodable records, as in _latest_timestamp
+        log.warning("ListOffsets timestamp %d on %s-%d: undecodable batch (%s: %s); answering at batch "
+                    "granularity (see kbroker dump-log --deep-verify)", timestamp, part.topic, part.index,
+                    type(e).__name__, e)
+    start = lg.log_start_offset
+    for seg in list(lg.segments):
+        if seg.max_timestamp < timestamp:
+            continue
+        for h, _ in seg.iter_from(max(seg.time_index.lookup(timestamp)[1], start)):
+            if h.max_timestamp >= timestamp and h.last_offset >= start:
+                return max(h.base_offset, start), h.max_timestamp
+    return None
 
 
 @api(2, 1, 10)

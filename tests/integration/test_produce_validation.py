@@ -263,4 +263,9 @@ def test_list_offsets_max_timestamp_survives_a_poisoned_log(broker):
         assert resp.error_code == 0
         assert resp.timestamp == now + 60_000
         assert list_offset(conn, topic, MAX_TIMESTAMP).error_code == 0  # every time, not just once
+        # a timestamp lookup that lands in the bad batch: its base offset, at batch granularity
+        resp = list_offset(conn, topic, now + 1)
+        assert (resp.error_code, resp.offset, resp.timestamp) == (0, 1, now + 60_000)
+        resp = list_offset(conn, topic, now)  # the good record still answers exactly
+        assert (resp.error_code, resp.offset, resp.timestamp) == (0, 0, now)
     assert "undecodable batch" in broker.log_text()
