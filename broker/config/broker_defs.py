@@ -239,6 +239,18 @@ _BROKER_DEFS: list[ConfigDef] = [
        "kbroker extension: how long a stop (SIGTERM/SIGINT) may take. Past it the process logs an error and "
        "exits with code 1 without a clean-shutdown marker (the next start recovers the logs).",
        at_least(1)),
+    # --- cluster mode (etcd; cluster/ and docs/cluster-design.md)
+    _b("kbroker.etcd.endpoints", "string", None,
+       "kbroker extension: comma-separated etcd URLs (http://host:port). When set the broker runs in cluster "
+       "mode: node.id is required, membership, controller election and metadata live in etcd."),
+    _b("kbroker.etcd.username", "string", None, "kbroker extension: etcd user name (etcd authentication)."),
+    _b("kbroker.etcd.password", "password", None, "kbroker extension: password of kbroker.etcd.username."),
+    _b("broker.session.timeout.ms", "int", 9000,
+       "Cluster mode: TTL of the broker's etcd lease; a broker whose lease expires loses its leaderships.",
+       at_least(1)),
+    _b("broker.heartbeat.interval.ms", "int", 2000,
+       "Cluster mode: how often the broker refreshes its etcd lease.", at_least(1)),
+    _b("broker.rack", "string", None, "Rack of the broker, used by rack-aware replica placement (cluster mode)."),
 ]
 
 BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS}
