@@ -159,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, module, text in (
         ("groups", "cli.groups", "consumer groups: list | describe G | reset-offsets G ..."),
         ("transactions", "cli.transactions", "transactions: list | describe ID | abort ..."),
+        ("features", "cli.features", "feature levels: describe | upgrade | downgrade --feature F=L"),
     ):
         p = sub.add_parser(name, help=text, add_help=False)
         p.add_argument("rest", nargs=argparse.REMAINDER)
@@ -166,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_DELEGATED = {"groups": "cli.groups", "transactions": "cli.transactions"}
+_DELEGATED = {"groups": "cli.groups", "transactions": "cli.transactions", "features": "cli.features"}
 
 
 def main(argv: list[str] | None = None) -> int:

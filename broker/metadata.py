@@ -31,6 +31,8 @@ T = TypeVar("T")
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+# Feature levels a newly created cluster starts with (see LocalMetadataStore._load).
+NEW_CLUSTER_FEATURES = {"transaction.version": 2}
 
 
 def validate_topic_name(name: str | None) -> None:
@@ -141,6 +143,17 @@ class MetadataStore(ABC):
     @abstractmethod
     async def set_broker_dynamic_configs(self, configs: dict[str, str]) -> None: ...
 
+    # Finalized feature levels (KIP-584), e.g. ``transaction.version``: a level of 0 means "not
+    # finalized" (absent from ApiVersions), as in Kafka. The epoch grows with every change.
+    def finalized_features(self) -> dict[str, int]:
+        return {}
+
+    def features_epoch(self) -> int:
+        return -1
+
+    async def set_finalized_feature(self, name: str, level: int) -> None:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "this metadata store cannot change feature levels")
+
     def check_collision(self, name: str) -> None:
         unified = unify_collision_chars(name)
         for other in self.topics():
@@ -175,6 +188,8 @@ class LocalMetadataStore(MetadataStore):
         self._topics: dict[str, TopicInfo] = {}
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
         self._broker_configs: dict[str, str] = {}
+        self._features: dict[str, int] = {}
+        self._features_epoch = -1
         # Serialises changes: each is checked, written, then applied while no other runs.
         self._lock = asyncio.Lock()
         # Changes in progress, each in its own task (see _serialised); referenced until done.
@@ -191,16 +206,29 @@ class LocalMetadataStore(MetadataStore):
                 self._topics[info.name] = info
                 self._by_id[info.topic_id] = info
             self._broker_configs = dict(doc.get("broker_configs", {}))
+            # A data dir written before features existed keeps none finalized (as Kafka does
+            # for an upgraded cluster: the operator upgrades transaction.version explicitly).
+            self._features = {k: int(v) for k, v in doc.get("features", {}).items()}
+            self._features_epoch = int(doc.get("features_epoch", -1))
+        else:
+            # A new cluster finalizes the default feature levels (Kafka 4.0 formats new clusters
+            # with transaction.version=2).
+            self._features = dict(NEW_CLUSTER_FEATURES)
+            self._features_epoch = 1
         if not self.cluster_id:
             self.cluster_id = _new_cluster_id()
             self._save()
 
-    def _document(self, topics: Iterable[TopicInfo], broker_configs: dict[str, str]) -> bytes:
+    def _document(self, topics: Iterable[TopicInfo], broker_configs: dict[str, str],
+                  features: tuple[dict[str, int], int] | None = None) -> bytes:
+        levels, epoch = features if features is not None else (self._features, self._features_epoch)
         doc = {
             "version": 1,
             "cluster_id": self.cluster_id,
             "topics": [t.to_json() for t in topics],
             "broker_configs": broker_configs,
+            "features": levels,
+            "features_epoch": epoch,
         }
         return json.dumps(doc, indent=1, sort_keys=True).encode()
 
@@ -231,12 +259,13 @@ class LocalMetadataStore(MetadataStore):
             task.add_done_callback(_report_orphaned_change)
             raise
 
-    async def _persist(self, topics: Iterable[TopicInfo], broker_configs: dict[str, str]) -> None:
+    async def _persist(self, topics: Iterable[TopicInfo], broker_configs: dict[str, str],
+                       features: tuple[dict[str, int], int] | None = None) -> None:
         """Write the state a change is about to produce, in an executor (its fsyncs stay off the
         loop); the caller applies the change only once this returned, so nothing is visible
         that a crash could take back. Callers hold ``self._lock`` (inside ``_serialised``):
         writes land in order, one at a time."""
-        data = self._document(topics, broker_configs)
+        data = self._document(topics, broker_configs, features)
         delay = _write_delay()
         hook = {"before_rename": delay} if delay is not None else {}
         write = asyncio.get_running_loop().run_in_executor(
@@ -337,6 +366,21 @@ class LocalMetadataStore(MetadataStore):
         async def change() -> None:
             await self._persist(self._topics.values(), dict(configs))
             self._broker_configs = dict(configs)
+
+        await self._serialised(change)
+
+    def finalized_features(self) -> dict[str, int]:
+        return {k: v for k, v in self._features.items() if v > 0}
+
+    def features_epoch(self) -> int:
+        return self._features_epoch
+
+    async def set_finalized_feature(self, name: str, level: int) -> None:
+        async def change() -> None:
+            levels = {**self._features, name: level}
+            epoch = max(self._features_epoch, 0) + 1
+            await self._persist(self._topics.values(), self._broker_configs, (levels, epoch))
+            self._features, self._features_epoch = levels, epoch
 
         await self._serialised(change)
 

@@ -38,6 +38,8 @@ class TxnMarkerEntry:
     committed: bool
     coordinator_epoch: int
     partitions: dict[str, list[int]] = field(default_factory=dict)  # topic -> partitions
+    # WriteTxnMarkers v2: the transaction version the marker is checked under (KIP-890).
+    transaction_version: int = 0
 
 
 class PartitionAccess(Protocol):

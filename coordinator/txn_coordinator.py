@@ -8,6 +8,15 @@ PartitionAccess, the path a cluster will use) and finally writes CompleteCommit/
 A coordinator that loads a Prepare state finishes its markers. Ongoing transactions older than
 their timeout are aborted with an epoch bump, which fences the producer that started them.
 
+Transaction version 2 (KIP-890 part 2) runs through the same state machine; the differences
+are confined to ``end_txn`` and ``_begin_end``: every commit or abort bumps the producer epoch
+(Prepare* is written at epoch+1, the markers carry it, the client gets it back in EndTxn v5),
+an exhausted epoch rotates to a new producer id at completion (``next_producer_id``), and the
+epoch rules of Kafka's endTransaction for TV2 apply, so a late EndTxn of the previous
+transaction is fenced instead of ending the next one (KAFKA-17754). Partitions may also be
+added implicitly by a partition leader (Produce v12, TxnOffsetCommit v5) through
+``add_partitions(..., txn_version=2)``.
+
 Fault injection for tests: the environment variable ``KBROKER_CRASH_POINT`` names a point
 ("txn.after_prepare_commit", "txn.after_prepare_abort", "txn.after_markers") at which the
 broker process kills itself with SIGKILL, so crash recovery is testable without timing luck.
@@ -15,6 +24,9 @@ broker process kills itself with SIGKILL, so crash recovery is testable without 
 abort of a prepared transaction for ``ms`` milliseconds before its markers are written, with an
 ``asyncio.sleep`` (the event loop keeps serving), so requests that arrive while a transaction is
 in PrepareCommit/PrepareAbort are testable deterministically.
+``KBROKER_TEST_TXN_FIRST_EPOCH=<n>`` makes a new transactional id start at epoch ``n`` instead
+of 0, so epoch exhaustion (a new producer id after Short.MAX_VALUE - 1) is reachable in a test
+without 32767 transactions.
 """
 
 from __future__ import annotations
@@ -28,7 +40,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from coordinator.partition_access import PartitionAccess, TxnMarkerEntry, partition_for
-from coordinator.txn_metadata import MAX_EPOCH, TxnMetadata, TxnState, can_transition
+from coordinator.txn_metadata import MAX_EPOCH, TxnMetadata, TxnState, can_transition, tv2_end_epochs
 from coordinator.txn_records import TxnLogValue, decode_key, decode_value, encode_key, encode_value
 from protocol.errors import ErrorCode
 from storage.batch import build_batch, decode_records
@@ -128,7 +140,8 @@ class TransactionCoordinator:
                 parts = {(t, i) for t, ps in v.partitions.items() for i in ps}
                 prev = loaded.get(tid)
                 md = TxnMetadata(tid, v.producer_id, v.producer_epoch, v.timeout_ms, TxnState(v.status), parts,
-                                 v.start_ms, v.last_update_ms)
+                                 v.start_ms, v.last_update_ms, prev_producer_id=v.prev_producer_id,
+                                 next_producer_id=v.next_producer_id, client_txn_version=v.client_txn_version)
                 if prev is not None and prev.producer_id != v.producer_id:
                     md.last_producer_id, md.last_producer_epoch = prev.producer_id, prev.producer_epoch
                 loaded[tid] = md
@@ -152,12 +165,14 @@ class TransactionCoordinator:
             return ErrorCode.INVALID_TXN_STATE
         target = {
             "producer_id": md.producer_id, "producer_epoch": md.producer_epoch, "timeout_ms": md.timeout_ms,
-            "partitions": md.partitions, "start_ms": md.start_ms,
+            "partitions": md.partitions, "start_ms": md.start_ms, "prev_producer_id": md.prev_producer_id,
+            "next_producer_id": md.next_producer_id, "client_txn_version": md.client_txn_version,
         }
         target.update(changes)
         now = _now_ms()
         value = TxnLogValue(target["producer_id"], target["producer_epoch"], target["timeout_ms"], int(state),
-                            _by_topic(target["partitions"]), now, target["start_ms"])
+                            _by_topic(target["partitions"]), now, target["start_ms"], target["prev_producer_id"],
+                            target["next_producer_id"], target["client_txn_version"])
         batch = build_batch([(encode_key(md.transactional_id), encode_value(value))])
         md.pending = state
         try:
@@ -195,8 +210,10 @@ class TransactionCoordinator:
         if md is None:
             md = TxnMetadata(tid, self.producer_ids.generate(), -1, timeout_ms, TxnState.EMPTY)
             self.txns[tid] = md
-            err = await self._persist(md, TxnState.EMPTY, producer_epoch=0, timeout_ms=timeout_ms, partitions=set(),
-                                      start_ms=-1)
+            first = os.environ.get("KBROKER_TEST_TXN_FIRST_EPOCH", "")
+            epoch = min(int(first), MAX_EPOCH - 1) if first.isdigit() else 0
+            err = await self._persist(md, TxnState.EMPTY, producer_epoch=epoch, timeout_ms=timeout_ms,
+                                      partitions=set(), start_ms=-1)
             if err != ErrorCode.NONE:
                 self.txns.pop(tid, None)
                 return err, -1, -1
@@ -253,17 +270,24 @@ class TransactionCoordinator:
             return ErrorCode.CONCURRENT_TRANSACTIONS, None
         return ErrorCode.NONE, md
 
-    async def add_partitions(self, tid: str, pid: int, epoch: int, partitions: Iterable[tuple[str, int]]) -> ErrorCode:
+    async def add_partitions(self, tid: str, pid: int, epoch: int, partitions: Iterable[tuple[str, int]],
+                             txn_version: int = 0) -> ErrorCode:
+        """AddPartitionsToTxn / AddOffsetsToTxn (``txn_version`` 0), or the implicit add a
+        partition leader asks for under TV2 (Produce v12, TxnOffsetCommit v5: ``txn_version`` 2,
+        which the transaction then carries until it ends)."""
         err, md = self._validate(tid, pid, epoch)
         if md is None:
             return err
         wanted = set(partitions)
-        if md.state == TxnState.ONGOING and wanted <= md.partitions:
+        ongoing = md.state == TxnState.ONGOING
+        tv = max(md.client_txn_version, txn_version) if ongoing else txn_version
+        if ongoing and wanted <= md.partitions and tv == md.client_txn_version:
             return ErrorCode.NONE
         if md.state == TxnState.DEAD:
             return ErrorCode.INVALID_TXN_STATE
-        start = md.start_ms if md.state == TxnState.ONGOING else _now_ms()
-        return await self._persist(md, TxnState.ONGOING, partitions=md.partitions | wanted, start_ms=start)
+        start = md.start_ms if ongoing else _now_ms()
+        return await self._persist(md, TxnState.ONGOING, partitions=md.partitions | wanted, start_ms=start,
+                                   client_txn_version=tv)
 
     def verify_partition(self, tid: str, pid: int, epoch: int, topic: str, partition: int) -> ErrorCode:
         """KIP-890 part 1: is this partition part of the producer's ongoing transaction?"""
@@ -280,7 +304,74 @@ class TransactionCoordinator:
 
     # --- EndTxn --------------------------------------------------------------------------------
 
+    async def end_transaction(self, tid: str, pid: int, epoch: int, commit: bool,
+                              txn_version: int = 0) -> tuple[ErrorCode, int, int]:
+        """EndTxn: (error, producer id, producer epoch the client continues with). Under TV2 the
+        id/epoch is the bumped (or rotated) one; on an error it is (-1, -1), as Kafka answers."""
+        if (err := self._check_loaded(tid)) != ErrorCode.NONE:
+            return err, -1, -1
+        if txn_version >= 2:
+            return await self._end_txn_v2(tid, pid, epoch, commit)
+        err = await self.end_txn(tid, pid, epoch, commit)
+        md = self.txns.get(tid)
+        if err != ErrorCode.NONE or md is None:
+            return err, -1, -1
+        return err, md.producer_id, md.producer_epoch
+
+    async def _end_txn_v2(self, tid: str, pid: int, epoch: int, commit: bool) -> tuple[ErrorCode, int, int]:
+        """Kafka's endTransaction for TV2 clients (TransactionCoordinator.scala)."""
+        md = self.txns.get(tid)
+        if md is None:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING, -1, -1
+        state = md.state
+        # A retry of the EndTxn that already bumped the epoch (or rotated the id at overflow).
+        retry_on_overflow = md.prev_producer_id == pid and epoch == MAX_EPOCH - 1 and md.producer_epoch == 0
+        retry_on_bump = md.producer_epoch == epoch + 1
+        if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            valid_epoch = retry_on_bump
+        elif state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            valid_epoch = retry_on_bump or retry_on_overflow or epoch == md.producer_epoch
+        else:  # Ongoing, Empty, Dead: the same epoch, never an older or newer one
+            valid_epoch = epoch == md.producer_epoch
+        is_retry = retry_on_bump or retry_on_overflow
+        if md.producer_id != pid and not retry_on_overflow:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING, -1, -1
+        if not valid_epoch:
+            return ErrorCode.PRODUCER_FENCED, -1, -1
+        if md.pending is not None:
+            return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
+        done = ErrorCode.NONE, md.producer_id, md.producer_epoch
+        if state == TxnState.ONGOING:
+            err = await self._begin_end(md, commit=commit, bump_epoch=False, txn_version=2)
+        elif state == TxnState.COMPLETE_COMMIT:
+            if commit:
+                return done if is_retry else (ErrorCode.INVALID_TXN_STATE, -1, -1)
+            if is_retry:
+                return ErrorCode.INVALID_TXN_STATE, -1, -1
+            err = await self._begin_end(md, commit=False, bump_epoch=False, txn_version=2)
+        elif state == TxnState.COMPLETE_ABORT:
+            if commit:
+                return ErrorCode.INVALID_TXN_STATE, -1, -1
+            if is_retry:
+                return done
+            err = await self._begin_end(md, commit=False, bump_epoch=False, txn_version=2)
+        elif state == TxnState.EMPTY and not commit:
+            err = await self._begin_end(md, commit=False, bump_epoch=False, txn_version=2)
+        elif state == TxnState.PREPARE_COMMIT:
+            err = ErrorCode.CONCURRENT_TRANSACTIONS if commit else ErrorCode.INVALID_TXN_STATE
+        elif state == TxnState.PREPARE_ABORT:
+            err = ErrorCode.CONCURRENT_TRANSACTIONS if not commit else ErrorCode.INVALID_TXN_STATE
+        else:
+            err = ErrorCode.INVALID_TXN_STATE
+        if err != ErrorCode.NONE:
+            return err, -1, -1
+        # What the client continues with: the bumped epoch, or the next id at epoch 0.
+        if md.next_producer_id != -1:
+            return ErrorCode.NONE, md.next_producer_id, 0
+        return ErrorCode.NONE, md.producer_id, md.producer_epoch
+
     async def end_txn(self, tid: str, pid: int, epoch: int, commit: bool) -> ErrorCode:
+        """EndTxn of transaction versions 0/1: the epoch stays; a retry of the same end is NONE."""
         if (err := self._check_loaded(tid)) != ErrorCode.NONE:
             return err
         md = self.txns.get(tid)
@@ -303,10 +394,21 @@ class TransactionCoordinator:
             return ErrorCode.CONCURRENT_TRANSACTIONS if not commit else ErrorCode.INVALID_TXN_STATE
         return ErrorCode.INVALID_TXN_STATE
 
-    async def _begin_end(self, md: TxnMetadata, *, commit: bool, bump_epoch: bool) -> ErrorCode:
+    async def _begin_end(self, md: TxnMetadata, *, commit: bool, bump_epoch: bool,
+                         txn_version: int | None = None) -> ErrorCode:
+        """Write PrepareCommit/PrepareAbort and start the markers. ``bump_epoch`` fences the
+        producer (timeout, a new instance); ``txn_version`` is the EndTxn's (None: the
+        transaction's own, for coordinator-initiated aborts)."""
         target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
-        changes: dict[str, Any] = {}
-        if bump_epoch and md.producer_epoch + 1 < MAX_EPOCH:
+        tv = md.client_txn_version if txn_version is None else txn_version
+        changes: dict[str, Any] = {"client_txn_version": tv}
+        if tv >= 2:
+            prepared, rotate = tv2_end_epochs(md.producer_epoch, fence=bump_epoch)
+            changes["producer_epoch"] = prepared
+            changes["next_producer_id"] = self.producer_ids.generate() if rotate else -1
+            if md.state != TxnState.ONGOING:  # an abort with no partitions: it starts now
+                changes["start_ms"] = _now_ms()
+        elif bump_epoch and md.producer_epoch + 1 < MAX_EPOCH:
             changes["producer_epoch"] = md.producer_epoch + 1
         err = await self._persist(md, target, **changes)
         if err != ErrorCode.NONE:
@@ -323,7 +425,7 @@ class TransactionCoordinator:
         backoff = 0.05
         while remaining:
             entry = TxnMarkerEntry(md.producer_id, md.producer_epoch, commit, self.coordinator_epoch,
-                                   _by_topic(remaining))
+                                   _by_topic(remaining), transaction_version=md.client_txn_version)
             try:
                 results = await self.access.write_txn_markers([entry])
             except Exception:
@@ -340,7 +442,12 @@ class TransactionCoordinator:
                 backoff = min(backoff * 2, 1.0)
         _crash_if("txn.after_markers")
         target = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-        while await self._persist(md, target, partitions=set()) != ErrorCode.NONE:
+        changes: dict[str, Any] = {"partitions": set()}
+        if md.next_producer_id != -1:
+            # The epoch is exhausted: continue under the new id (Kafka's prepareComplete).
+            changes.update(producer_id=md.next_producer_id, producer_epoch=0, prev_producer_id=md.producer_id,
+                           next_producer_id=-1)
+        while await self._persist(md, target, **changes) != ErrorCode.NONE:
             await asyncio.sleep(0.5)
         log.debug("transaction %s %s", md.transactional_id, target.wire_name)
 

@@ -2,6 +2,13 @@
 
 States and their wire codes follow Kafka's TransactionState; ``can_transition`` encodes the
 allowed predecessor states, so an illegal move is a bug caught at the point it is attempted.
+
+Transaction version 2 (KIP-890 part 2) shares this one state machine: it only adds that an
+Empty or completed transaction may be aborted (PrepareAbort with no partitions: a TV2 client
+aborts without knowing whether anything was added), and the fields Kafka's
+TransactionMetadata keeps for the per-transaction epoch bump: ``next_producer_id`` (the id a
+Prepare state rotates to when the bumped epoch is exhausted), ``prev_producer_id`` (the id it
+rotated from, so a retried EndTxn of that id is recognised) and ``client_txn_version``.
 """
 
 from __future__ import annotations
@@ -33,7 +40,9 @@ _PREVIOUS = {
     TxnState.EMPTY: {TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT},
     TxnState.ONGOING: {TxnState.ONGOING, TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT},
     TxnState.PREPARE_COMMIT: {TxnState.ONGOING},
-    TxnState.PREPARE_ABORT: {TxnState.ONGOING, TxnState.PREPARE_EPOCH_FENCE},
+    # From Empty/Complete*: a TV2 abort of a transaction with no partitions (as Kafka 4.0).
+    TxnState.PREPARE_ABORT: {TxnState.ONGOING, TxnState.PREPARE_EPOCH_FENCE, TxnState.EMPTY,
+                             TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT},
     TxnState.COMPLETE_COMMIT: {TxnState.PREPARE_COMMIT},
     TxnState.COMPLETE_ABORT: {TxnState.PREPARE_ABORT},
     TxnState.DEAD: {TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT},
@@ -41,6 +50,19 @@ _PREVIOUS = {
 }
 
 MAX_EPOCH = 32767  # Short.MAX_VALUE: an epoch that would reach it forces a new producer id
+
+
+def tv2_end_epochs(epoch: int, fence: bool) -> tuple[int, bool]:
+    """(epoch of the Prepare state and its markers, whether the producer id must rotate) for a
+    TV2 commit/abort of a transaction at client-visible ``epoch``.
+
+    Every end bumps the epoch once; an abort that fences the producer (timeout, a new instance)
+    bumps it once more first, as Kafka's prepareFenceProducerEpoch followed by the TV2 bump.
+    Markers may carry Short.MAX_VALUE, but a client never sees it: a Prepare state that reaches
+    it completes under a new producer id at epoch 0 (Kafka's nextProducerId).
+    """
+    prepared = min(epoch + (2 if fence else 1), MAX_EPOCH)
+    return prepared, prepared >= MAX_EPOCH
 
 
 def can_transition(src: TxnState, dst: TxnState) -> bool:
@@ -59,6 +81,10 @@ class TxnMetadata:
     last_update_ms: int = -1
     last_producer_id: int = -1
     last_producer_epoch: int = -1
+    # KIP-890 part 2 (persisted as tagged fields of TransactionLogValue v1).
+    prev_producer_id: int = -1
+    next_producer_id: int = -1
+    client_txn_version: int = 0
     # A transition written to the log but not yet applied (Kafka's pendingState): requests
     # arriving meanwhile get CONCURRENT_TRANSACTIONS.
     pending: TxnState | None = None

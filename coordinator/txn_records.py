@@ -1,9 +1,11 @@
 """__transaction_state records: Kafka's TransactionLogKey (v0) / TransactionLogValue (v0, v1).
 
 A thin typed layer over the schema-driven codec in storage.internal_records (shared with the
-group coordinator and dump-log). Values are written at v0, as Kafka does for transaction
-version 1 clients; v1 (flexible, tagged fields) is read too. A null value (tombstone) removes
-an expired transactional id.
+group coordinator and dump-log). Values are written at v0 for transaction version 0/1, and at
+v1 (flexible) for transaction version 2, as Kafka's TransactionLog.valueToBytes does: v1 carries
+the TV2 fields as tagged fields (0 previousProducerId, 1 nextProducerId, 2
+clientTransactionVersion; a field at its default is not written), so Kafka's tools decode them.
+A null value (tombstone) removes an expired transactional id.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ class TxnLogValue:
     partitions: dict[str, list[int]] = field(default_factory=dict)
     last_update_ms: int = -1
     start_ms: int = -1
+    prev_producer_id: int = -1
+    next_producer_id: int = -1
+    client_txn_version: int = 0
 
 
 def encode_key(transactional_id: str) -> bytes:
@@ -39,10 +44,12 @@ def encode_value(v: TxnLogValue) -> bytes:
     # Kafka writes a null partition array for Empty (TransactionLog.valueToBytes).
     partitions = None if v.status == 0 and not v.partitions else [
         {"topic": t, "partitionIds": sorted(ps)} for t, ps in sorted(v.partitions.items())]
-    return encode(TRANSACTION_LOG_VALUE, 0, {
+    return encode(TRANSACTION_LOG_VALUE, 1 if v.client_txn_version >= 2 else 0, {
         "producerId": v.producer_id, "producerEpoch": v.producer_epoch, "transactionTimeoutMs": v.timeout_ms,
         "transactionStatus": v.status, "transactionPartitions": partitions,
         "transactionLastUpdateTimestampMs": v.last_update_ms, "transactionStartTimestampMs": v.start_ms,
+        "previousProducerId": v.prev_producer_id, "nextProducerId": v.next_producer_id,
+        "clientTransactionVersion": v.client_txn_version,
     })
 
 
@@ -52,4 +59,6 @@ def decode_value(data: bytes) -> TxnLogValue:
         raise ValueError(f"unknown TransactionLogValue version {version}")
     parts = {p["topic"]: list(p["partitionIds"]) for p in (f["transactionPartitions"] or [])}
     return TxnLogValue(f["producerId"], f["producerEpoch"], f["transactionTimeoutMs"], f["transactionStatus"], parts,
-                       f["transactionLastUpdateTimestampMs"], f["transactionStartTimestampMs"])
+                       f["transactionLastUpdateTimestampMs"], f["transactionStartTimestampMs"],
+                       f.get("previousProducerId", -1), f.get("nextProducerId", -1),
+                       f.get("clientTransactionVersion", 0))

@@ -69,6 +69,7 @@ HANDLER_MODULES = (
     "groups",
     "transactions",
     "txn_markers",
+    "features",
     "describe_topic_partitions",
 )
 

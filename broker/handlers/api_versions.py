@@ -3,13 +3,19 @@
 Advertises exactly the handlers registered in broker/handlers with their version ranges. A
 request with a version above what we serve gets the v0-format UNSUPPORTED_VERSION answer listing
 our ranges (done in broker/server.py, KIP-511), so the client retries with a version we know.
-No feature flags are advertised (finalized_features empty), as a broker without KRaft features.
+
+v3+ also carries the feature flags (KIP-584, tagged fields): ``supported_features`` lists
+``transaction.version`` 0-2 (broker/features.py); ``finalized_features`` the levels finalized in
+the metadata store (min = max = the level, as Kafka answers; a level-0 feature is not listed)
+with ``finalized_features_epoch``. Clients such as Kafka 4.0+ Java producers use transaction
+version 2 only when ``transaction.version`` is finalized at 2 or more.
 """
 
 from __future__ import annotations
 
 from kafka.protocol.metadata import ApiVersionsResponse
 
+from broker.features import SUPPORTED_FEATURES
 from broker.handlers import HANDLERS, RequestContext, api
 
 
@@ -21,5 +27,15 @@ def supported_api_keys(version: int) -> list:
 
 @api(18, 0, 4)
 async def handle_api_versions(ctx: RequestContext, request) -> ApiVersionsResponse:
-    return ApiVersionsResponse(version=ctx.api_version, error_code=0, api_keys=supported_api_keys(ctx.api_version),
-                               throttle_time_ms=0)
+    v = ctx.api_version
+    if v < 3:
+        return ApiVersionsResponse(version=v, error_code=0, api_keys=supported_api_keys(v), throttle_time_ms=0)
+    md = ctx.broker.metadata
+    supported = [ApiVersionsResponse.SupportedFeatureKey(version=v, name=n, min_version=lo, max_version=hi)
+                 for n, (lo, hi) in sorted(SUPPORTED_FEATURES.items())]
+    finalized = [ApiVersionsResponse.FinalizedFeatureKey(version=v, name=n, min_version_level=lvl,
+                                                         max_version_level=lvl)
+                 for n, lvl in sorted(md.finalized_features().items())]
+    return ApiVersionsResponse(version=v, error_code=0, api_keys=supported_api_keys(v), throttle_time_ms=0,
+                               supported_features=supported, finalized_features_epoch=md.features_epoch(),
+                               finalized_features=finalized)

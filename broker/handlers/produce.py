@@ -25,6 +25,10 @@ KAFKA_STORAGE_ERROR for that partition. With acks=0 the flush is only scheduled.
 The request is decoded by protocol.fast_codecs: each partition's records are a writable view
 into the request frame, validated and appended without being copied.
 
+Transactions: a transactional batch must target a partition of the producer's ongoing
+transaction (KIP-890 part 1 verification, in the replica manager). v12 under transaction
+version 2 adds the partitions to the transaction itself first (broker/txn_implicit_add.py).
+
 Deviation: v13 (topic ids in Produce) is not served yet.
 """
 
@@ -37,6 +41,7 @@ from kafka.protocol.producer import ProduceResponse
 from broker.handlers import RequestContext, api
 from broker.metadata import INTERNAL_TOPICS
 from broker.replica_manager import Partition
+from broker.txn_implicit_add import add_produce_partitions
 from protocol.errors import ErrorCode
 from protocol.fast_codecs import decode_produce_request
 
@@ -53,6 +58,8 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
     responses = []
     due: dict[Partition, list] = {}  # partitions whose append reached flush.messages -> their responses
     failed = False
+    # TV2 (v12): partitions join the transaction here; a refused one is not appended.
+    txn_errors = await add_produce_partitions(ctx.broker, request, v) if request.transactional_id else {}
     for td in request.topic_data:
         name = td.name
         parts = []
@@ -71,6 +78,9 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
                                                          "This server does not host this topic-partition.")
                 elif pd.records is None:
                     outcome_code, base, lat, lso, msg = ErrorCode.INVALID_RECORD, -1, -1, -1, "null records"
+                elif (name, pd.index) in txn_errors:
+                    outcome_code, base, lat, lso, msg = (txn_errors[(name, pd.index)], -1, -1, -1,
+                                                         "Partition could not be added to the transaction")
                 else:
                     o = rm.append(part, pd.records, transactional_id=request.transactional_id)
                     outcome_code, base, lat, lso, msg = o.error, o.base_offset, o.log_append_time, o.log_start_offset, o.message

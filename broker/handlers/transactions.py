@@ -4,14 +4,21 @@
   ``verify_only`` form brokers use for KIP-890 verification. Unknown partitions ->
   UNKNOWN_TOPIC_OR_PARTITION and OPERATION_NOT_ATTEMPTED for the rest of the request.
 - AddOffsetsToTxn (25) v0-3: adds the group's ``__consumer_offsets`` partition.
-- EndTxn (26) v0-4: PrepareCommit/PrepareAbort is written before the answer; markers follow.
-- TxnOffsetCommit (28) v0-4: offsets are handed to the group coordinator, pending until the
-  marker; the offsets partition must have been added with AddOffsetsToTxn (INVALID_TXN_STATE).
+- EndTxn (26) v0-5: PrepareCommit/PrepareAbort is written before the answer; markers follow.
+  v5 is transaction version 2 (KIP-890 part 2) when ``transaction.version`` is finalized at 2:
+  every commit/abort bumps the epoch and the answer carries the producer id and epoch to use
+  next (a new producer id at epoch 0 when the epoch is exhausted); the epoch rules of Kafka's
+  TV2 endTransaction fence a late EndTxn of the previous transaction (PRODUCER_FENCED).
+- TxnOffsetCommit (28) v0-5: offsets are handed to the group coordinator, pending until the
+  marker; up to v4 the offsets partition must have been added with AddOffsetsToTxn
+  (INVALID_TXN_STATE); v5 under TV2 adds it implicitly, as Kafka's addPartition operation.
 - ListTransactions (66) v0-1, DescribeTransactions (65) v0, DescribeProducers (61) v0.
 
 PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH to versions older than KIP-588's
 (InitProducerId v4, AddPartitionsToTxn v2, AddOffsetsToTxn v2, EndTxn v2, TxnOffsetCommit v3).
-Transaction version 2 (KIP-890 part 2: per-transaction epoch bumps) is not offered.
+With ``transaction.version`` below 2 (UpdateFeatures / ``kbroker features downgrade``), EndTxn
+v5 and TxnOffsetCommit v5 get the TV1 behaviour (deviation: Kafka decides by request version
+alone; a client only sends them after seeing the feature finalized at 2).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from kafka.protocol.producer import (
     TxnOffsetCommitResponse,
 )
 
+from broker.features import TV2_END_TXN_VERSION, TV2_TXN_OFFSET_COMMIT_VERSION, transaction_version
 from broker.handlers import RequestContext, api
 from protocol.errors import ErrorCode
 
@@ -99,15 +107,17 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request) -> AddOffsetsT
     return AddOffsetsToTxnResponse(version=v, throttle_time_ms=0, error_code=fenced(code, v, 2))
 
 
-@api(26, 0, 4)
+@api(26, 0, 5)
 async def handle_end_txn(ctx: RequestContext, request) -> EndTxnResponse:
     v = ctx.api_version
-    code = await _coordinator(ctx).end_txn(request.transactional_id, request.producer_id, request.producer_epoch,
-                                           request.committed)
-    return EndTxnResponse(version=v, throttle_time_ms=0, error_code=fenced(code, v, 2))
+    tv = transaction_version(ctx.broker, v, TV2_END_TXN_VERSION)
+    code, pid, epoch = await _coordinator(ctx).end_transaction(
+        request.transactional_id, request.producer_id, request.producer_epoch, request.committed, tv)
+    return EndTxnResponse(version=v, throttle_time_ms=0, error_code=fenced(code, v, 2), producer_id=pid,
+                          producer_epoch=epoch)
 
 
-@api(28, 0, 4)
+@api(28, 0, 5)
 async def handle_txn_offset_commit(ctx: RequestContext, request) -> TxnOffsetCommitResponse:
     v = ctx.api_version
     T = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
@@ -118,8 +128,14 @@ async def handle_txn_offset_commit(ctx: RequestContext, request) -> TxnOffsetCom
         codes = dict.fromkeys(wanted, ErrorCode.COORDINATOR_NOT_AVAILABLE)
     else:
         offsets_tp = (gc.topic, gc.partition_for(request.group_id))
-        check = _coordinator(ctx).verify_partition(request.transactional_id, request.producer_id,
-                                                   request.producer_epoch, *offsets_tp)
+        if transaction_version(ctx.broker, v, TV2_TXN_OFFSET_COMMIT_VERSION) >= 2:
+            # TV2: no AddOffsetsToTxn; the offsets partition joins the transaction here.
+            await gc.ensure_topic()
+            check = await _coordinator(ctx).add_partitions(request.transactional_id, request.producer_id,
+                                                           request.producer_epoch, [offsets_tp], txn_version=2)
+        else:
+            check = _coordinator(ctx).verify_partition(request.transactional_id, request.producer_id,
+                                                       request.producer_epoch, *offsets_tp)
         if check == ErrorCode.INVALID_PRODUCER_EPOCH:
             check = ErrorCode.PRODUCER_FENCED
         if check != ErrorCode.NONE:

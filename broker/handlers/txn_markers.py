@@ -1,5 +1,8 @@
-"""WriteTxnMarkers (key 27), versions 1-1: the transaction coordinator ends a transaction on a
-partition leader.
+"""WriteTxnMarkers (key 27), versions 1-2: the transaction coordinator ends a transaction on a
+partition leader. v2 carries each marker's ``transaction_version`` (KIP-890 part 2): under
+TV2 the marker's epoch must be above the producer's epoch on the partition (the coordinator
+bumped it when the transaction ended), unless it retries the marker of an already finished
+transaction; under TV0/1 it may equal it (storage/producer_state.py ``validate_marker``).
 
 For each partition: the marker is checked against the producer state (a stale producer epoch ->
 INVALID_PRODUCER_EPOCH, an older coordinator epoch -> TRANSACTION_COORDINATOR_FENCED), a
@@ -37,13 +40,15 @@ def write_marker(broker: Broker, m: TxnMarkerEntry, topic: str, partition: int) 
     ps = part.producer_state
     try:
         if ps is not None:
-            ps.validate_marker(m.producer_id, m.producer_epoch, m.coordinator_epoch)
+            ps.validate_marker(m.producer_id, m.producer_epoch, m.coordinator_epoch,
+                               transaction_version=m.transaction_version)
         batch = build_control_batch(CONTROL_TYPE_COMMIT if m.committed else CONTROL_TYPE_ABORT,
                                     producer_id=m.producer_id, producer_epoch=m.producer_epoch,
                                     coordinator_epoch=m.coordinator_epoch)
         offset = broker.replica_manager.append_control(part, bytearray(batch))
         if ps is not None:
-            done = ps.complete_txn(m.producer_id, m.producer_epoch, m.committed, m.coordinator_epoch, offset)
+            done = ps.complete_txn(m.producer_id, m.producer_epoch, m.committed, m.coordinator_epoch, offset,
+                                   transaction_version=m.transaction_version)
             if done is not None and done.is_aborted:
                 part.log.add_aborted_txn(AbortedTxn(done.producer_id, done.first_offset, done.last_offset,
                                                     done.last_stable_offset))
@@ -75,7 +80,7 @@ async def write_markers_locally(broker: Broker, markers: list[TxnMarkerEntry]) -
     return out
 
 
-@api(27, 1, 1)
+@api(27, 1, 2)
 async def handle_write_txn_markers(ctx: RequestContext, request) -> WriteTxnMarkersResponse:
     v = ctx.api_version
     R = WriteTxnMarkersResponse.WritableTxnMarkerResult
@@ -84,7 +89,8 @@ async def handle_write_txn_markers(ctx: RequestContext, request) -> WriteTxnMark
     results = []
     for m in request.markers:
         entry = TxnMarkerEntry(m.producer_id, m.producer_epoch, m.transaction_result, m.coordinator_epoch,
-                               {t.name: list(t.partition_indexes) for t in m.topics})
+                               {t.name: list(t.partition_indexes) for t in m.topics},
+                               transaction_version=m.transaction_version if v >= 2 else 0)
         codes = await write_markers_locally(ctx.broker, [entry])
         topics = [T(version=v, name=t.name, partitions=[
             P(version=v, partition_index=p, error_code=codes[(m.producer_id, t.name, p)]) for p in t.partition_indexes])

@@ -154,7 +154,8 @@ def test_transitions_match_kafka_valid_previous_states():
         S.EMPTY: {S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
         S.ONGOING: {S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
         S.PREPARE_COMMIT: {S.ONGOING},
-        S.PREPARE_ABORT: {S.ONGOING, S.PREPARE_EPOCH_FENCE},
+        # Kafka 4.0 (TV2): an Empty or completed transaction may be aborted with no partitions.
+        S.PREPARE_ABORT: {S.ONGOING, S.PREPARE_EPOCH_FENCE, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT},
         S.COMPLETE_COMMIT: {S.PREPARE_COMMIT},
         S.COMPLETE_ABORT: {S.PREPARE_ABORT},
         S.DEAD: {S.EMPTY, S.COMPLETE_ABORT, S.COMPLETE_COMMIT},

@@ -1,0 +1,37 @@
+"""Feature flags (KIP-584) this broker supports, and the finalized level lookups the protocol
+paths use. Levels are finalized in the metadata store (``MetadataStore.finalized_features``),
+so every broker of a cluster agrees; UpdateFeatures (broker/handlers/features.py) changes them.
+
+``transaction.version`` (Kafka's TransactionVersion): 0 and 1 are the classic protocol (1 only
+differs in Kafka by allowing the TV2 request versions to be sent for verification, nothing a
+client sees here), 2 is KIP-890 part 2: EndTxn v5 bumps the producer epoch on every commit or
+abort, Produce v12 / TxnOffsetCommit v5 add partitions implicitly, and WriteTxnMarkers v2
+carries the version of each marker.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+TRANSACTION_VERSION = "transaction.version"
+
+# name -> (min supported level, max supported level), as ApiVersions advertises them.
+SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {TRANSACTION_VERSION: (0, 2)}
+
+# First request versions that mean "this client speaks transaction version 2" (KIP-890).
+TV2_END_TXN_VERSION = 5
+TV2_PRODUCE_VERSION = 12
+TV2_TXN_OFFSET_COMMIT_VERSION = 5
+
+
+def finalized_level(broker: Any, feature: str) -> int:
+    return int(broker.metadata.finalized_features().get(feature, 0))
+
+
+def transaction_version(broker: Any, request_version: int, first_tv2_version: int) -> int:
+    """The transaction version a request is handled with: 2 only when the client sent a TV2
+    request version *and* the cluster finalized transaction.version >= 2 (Kafka checks both,
+    so a downgrade to 1 turns TV2 semantics off even for clients that still send v5/v12)."""
+    if request_version >= first_tv2_version and finalized_level(broker, TRANSACTION_VERSION) >= 2:
+        return 2
+    return 0
