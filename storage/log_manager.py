@@ -44,6 +44,23 @@ def _flush_and_close(lg: Log) -> None:
     lg.close()
 
 
+class _LoadProgress:
+    """INFO lines "loaded 40/104 partitions" while a log dir takes long to load (every few seconds)."""
+
+    INTERVAL_S = 5.0
+
+    def __init__(self, log_dir: Path, total: int) -> None:
+        self.log_dir, self.total, self.done = log_dir, total, 0
+        self.next_report = time.monotonic() + self.INTERVAL_S
+
+    def step(self) -> None:
+        self.done += 1
+        now = time.monotonic()
+        if now >= self.next_report and self.done < self.total:
+            log.info("Loading logs from %s: loaded %d/%d partitions", self.log_dir, self.done, self.total)
+            self.next_report = now + self.INTERVAL_S
+
+
 class LogManager:
     def __init__(
         self,
@@ -73,10 +90,13 @@ class LogManager:
             self.had_clean_shutdown[log_dir] = clean
             recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
             start_offsets = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
-            log.info("Loading logs from %s (%s shutdown)", log_dir, "clean" if clean else "unclean")
-            for entry in sorted(os.scandir(log_dir), key=lambda e: e.name):
-                if not entry.is_dir():
-                    continue
+            entries = sorted((e for e in os.scandir(log_dir) if e.is_dir()), key=lambda e: e.name)
+            # An empty dir has no clean-shutdown marker either: that is a first start, not a crash.
+            first_start = not clean and not entries and not (log_dir / RECOVERY_POINT_CHECKPOINT).exists()
+            log.info("Loading logs from %s (%s)", log_dir,
+                     "first start" if first_start else "clean shutdown" if clean else "unclean shutdown")
+            progress = _LoadProgress(log_dir, len(entries))
+            for entry in entries:
                 if entry.name.endswith(DELETE_DIR_SUFFIX):
                     log.info("Removing partially deleted partition dir %s", entry.path)
                     shutil.rmtree(entry.path, ignore_errors=True)
@@ -96,11 +116,13 @@ class LogManager:
                                 log_start_offset=start_offsets.get(tp, 0), clean_shutdown=clean)
                 self._logs[tp] = lg
                 self._dir_of[tp] = log_dir
-                log.info(
+                # One line per partition is noise at INFO (100+ for the internal topics alone).
+                log.debug(
                     "Loaded %s-%d: start %d, end %d, %d segments, recovery point %d%s in %.1f ms",
                     tp[0], tp[1], lg.log_start_offset, lg.log_end_offset, len(lg.segments), lg.recovery_point,
                     "" if clean else f" (recovered from {rp})", (time.monotonic() - started) * 1000,
                 )
+                progress.step()
             delete_clean_shutdown(log_dir)
 
     def shutdown(self, broker_epoch: int = -1) -> None:
@@ -139,7 +161,7 @@ class LogManager:
         lg = Log.open(path, config, producer_state=self._producer_state(path), clean_shutdown=fresh)
         self._logs[(topic, partition)] = lg
         self._dir_of[(topic, partition)] = path.parent
-        log.info("Created log for %s-%d in %s", topic, partition, path.parent)
+        log.debug("Created log for %s-%d in %s", topic, partition, path.parent)
         return lg
 
     # --- creation in steps (a broker creating many partitions keeps its event loop free) ------
@@ -186,7 +208,7 @@ class LogManager:
             return existing
         self._logs[(topic, partition)] = lg
         self._dir_of[(topic, partition)] = lg.dir.parent
-        log.info("Created log for %s-%d in %s", topic, partition, lg.dir.parent)
+        log.debug("Created log for %s-%d in %s", topic, partition, lg.dir.parent)
         return lg
 
     def detach_log(self, topic: str, partition: int) -> Log | None:
