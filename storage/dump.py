@@ -396,7 +396,11 @@ def dump_file(
     deep_iteration: bool = False,
     decoder: str | None = None,
 ) -> bool:
-    """Dump one file by its suffix; False for an unknown kind or an unreadable file."""
+    """Dump one file by its suffix; False for an unknown kind or an unreadable file (one line on
+    stderr, never a traceback)."""
+    if not os.path.isfile(path):
+        print(f"kbroker dump-log: {path}: no such file", file=sys.stderr)
+        return False
     out.write(f"Dumping {path}\n")
     suffix = os.path.splitext(path)[1]
     try:
@@ -415,6 +419,9 @@ def dump_file(
             return False
     except OSError as e:
         out.write(f"Cannot read {path}: {e}\n")
+        return False
+    except ValueError as e:  # a file name that is not a base offset, an undecodable file
+        print(f"kbroker dump-log: cannot dump {path}: {e}", file=sys.stderr)
         return False
     return True
 

@@ -269,3 +269,15 @@ def test_corrupt_snapshot_reported(tmp_path: Path) -> None:
     snap.write_bytes(b"\x00\x01garbage")
     lines = _dump(snap)
     assert lines[1].startswith(f"Corrupt snapshot {snap}")
+
+
+def test_missing_or_misnamed_file_is_one_line_not_a_traceback(tmp_path, capsys) -> None:
+    """`kbroker dump-log data/nonexistent.log` used to end in a ValueError traceback."""
+    assert dump.main([str(tmp_path / "nonexistent.log")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"kbroker dump-log: {tmp_path / 'nonexistent.log'}: no such file"]
+    misnamed = tmp_path / "notanoffset.log"
+    misnamed.write_bytes(b"")
+    assert dump.main([str(misnamed)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"kbroker dump-log: cannot dump {misnamed}:")
