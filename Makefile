@@ -36,8 +36,11 @@ tools:
 	@if command -v npm >/dev/null 2>&1 && [ -f $(JS_DIR)/package-lock.json ] && [ ! -d $(JS_DIR)/node_modules ]; then \
 	  cd $(JS_DIR) && npm ci --silent --no-audit --no-fund; fi
 
+# `make serve PORT=19092` moves both the listener and the advertised address (overriding only
+# `listeners` would keep advertising 9092 and send clients to another broker).
+PORT ?=
 serve: $(STAMP)
-	$(VENV)/bin/kbroker serve config/server.properties
+	$(VENV)/bin/kbroker serve config/server.properties $(if $(PORT),--override listeners=PLAINTEXT://127.0.0.1:$(PORT) --override advertised.listeners=PLAINTEXT://127.0.0.1:$(PORT))
 
 test: install-test
 	$(PY) -m pytest -q --durations=20
