@@ -141,8 +141,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self._partial is not None:
             self._partial_len += nbytes
             if _TRACE_BUFFERS:
-                log.debug("connection %s: request buffer holds %d bytes (%d received of %d)",
-                          self.id, len(self._partial), self._partial_len, self._need)
+                self._trace_partial()
             if self._partial_len == self._need:
                 self._frames.append(self._partial)  # already counted in the pool since admission
                 self._partial = None
@@ -189,6 +188,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._partial_len = have
         self._need = size
         self._stash = b""
+        if _TRACE_BUFFERS:
+            self._trace_partial()
+
+    def _trace_partial(self) -> None:
+        assert self._partial is not None
+        log.debug("connection %s: request buffer holds %d bytes (%d received of %d)",
+                  self.id, len(self._partial), self._partial_len, self._need)
 
     def _grow_partial(self) -> None:
         assert self._partial is not None
@@ -210,6 +216,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _wait_for_memory(self) -> None:
         if self._closed:
             return
+        if "memory" not in self._paused:
+            log.debug("connection %s: reading paused, queued.max.request.bytes=%d reached (%d bytes queued)",
+                      self.id, self.pool.limit, self.pool.used)
         self._pause("memory")
         self.pool.wait(self.id, self._memory_available)
 

@@ -1,0 +1,173 @@
+"""Connection limits (kbroker issue 22 item 4): idle expiry, request memory that follows the bytes
+that arrived, and the queued.max.request.bytes pool pausing reads instead of closing connections.
+
+Memory held by a partly read frame is measured inside the broker through a test-only trace: with
+``KBROKER_TRACE_REQUEST_BUFFERS=1`` and DEBUG logging, broker/server.py logs the size of a partial
+frame's buffer after every read ("request buffer holds N bytes (R received of S)"). It reports
+``len()`` of the very bytearray the socket is read into, so it cannot drift from the real thing,
+and costs nothing when the variable is unset.
+"""
+
+from __future__ import annotations
+
+import re
+import resource
+import selectors
+import socket
+import struct
+import time
+
+import pytest
+from kafka.protocol.metadata import ApiVersionsRequest
+
+from tests.helpers.wire import encode_request, parse_bootstrap, read_frame
+
+N_IDLE = 2000
+
+
+def _wait_for(cond, what: str, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.05)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def many_fds():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = N_IDLE * 2 + 512
+    if hard != resource.RLIM_INFINITY and hard < want:
+        pytest.skip(f"RLIMIT_NOFILE hard limit {hard} < {want}")
+    # Raised in this process before the broker starts, so the broker (a child) inherits it too.
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, want), hard))
+    yield
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_idle_connections_are_closed_after_connections_max_idle_ms(broker_factory, many_fds):
+    broker = broker_factory(overrides={"connections.max.idle.ms": "2000"})
+    addr = parse_bootstrap(broker.bootstrap)
+    socks = []
+    try:
+        for _ in range(N_IDLE):
+            s = socket.create_connection(addr, timeout=30)
+            s.setblocking(False)
+            socks.append(s)
+        # A connection that keeps talking is not idle and must survive the whole time.
+        busy = socket.create_connection(addr, timeout=10)
+        sel = selectors.DefaultSelector()
+        for s in socks:
+            sel.register(s, selectors.EVENT_READ)
+        open_socks = set(socks)
+
+        def all_closed() -> bool:
+            for key, _ in sel.select(timeout=0.2):
+                s = key.fileobj
+                try:
+                    data = s.recv(1)  # type: ignore[union-attr]
+                except ConnectionResetError:
+                    data = b""
+                assert data == b"", "an idle connection received bytes"
+                sel.unregister(s)
+                open_socks.discard(s)  # type: ignore[arg-type]
+            # Between checks the busy connection sends a request and must get its answer.
+            busy.sendall(encode_request(ApiVersionsRequest(version=0), 0, 1))
+            read_frame(busy)
+            return not open_socks
+
+        _wait_for(all_closed, f"{N_IDLE} idle connections to be closed", timeout=120)
+        busy.sendall(encode_request(ApiVersionsRequest(version=0), 0, 2))
+        assert read_frame(busy)
+        busy.close()
+        sel.close()
+    finally:
+        for s in socks:
+            s.close()
+    assert "connections.max.idle.ms=2000" in broker.log_text()
+
+
+def test_connection_with_traffic_is_not_closed_as_idle(broker_factory):
+    # Requests spaced at less than the idle limit keep the connection open past several limits.
+    broker = broker_factory(overrides={"connections.max.idle.ms": "1000"})
+    with socket.create_connection(parse_bootstrap(broker.bootstrap), timeout=10) as s:
+        started = time.monotonic()
+        corr = 0
+        while time.monotonic() - started < 4:  # bounded: about 4 s of traffic
+            corr += 1
+            s.sendall(encode_request(ApiVersionsRequest(version=0), 0, corr))
+            assert read_frame(s)
+            time.sleep(0.2)
+        assert corr >= 3
+    # And an idle one is closed by the same broker.
+    with socket.create_connection(parse_bootstrap(broker.bootstrap), timeout=30) as s:
+        assert s.recv(1) == b""
+
+
+_TRACE = re.compile(r"request buffer holds (\d+) bytes \((\d+) received of (\d+)\)")
+
+
+def _traced_broker(broker_factory, overrides: dict[str, str] | None = None):
+    broker = broker_factory(overrides={"kbroker.log.level": "DEBUG", **(overrides or {})}, start=False)
+    broker.env["KBROKER_TRACE_REQUEST_BUFFERS"] = "1"
+    broker.start()
+    return broker
+
+
+def test_trickling_100mb_frame_costs_only_the_bytes_that_arrived(broker_factory):
+    broker = _traced_broker(broker_factory)
+    size = 100_000_000
+    header = struct.pack(">hhih", 18, 0, 1, 1) + b"t"  # an ApiVersions v0 header, then padding
+    with socket.create_connection(parse_bootstrap(broker.bootstrap), timeout=10) as s:
+        s.sendall(struct.pack(">i", size) + header)
+        sent = len(header)
+        for _ in range(8):  # a few KB, one chunk at a time, each read by the broker before the next
+            s.sendall(b"\0" * 512)
+            sent += 512
+            _wait_for(lambda n=sent: any(r == n for _, r, _ in _traces(broker.log_text())),
+                      f"the broker to have read {sent} bytes")
+        traces = _traces(broker.log_text())
+        assert traces and all(total == size for _, _, total in traces)
+        for held, received, _ in traces:
+            # Held memory follows the bytes received (a first 16 KiB buffer, then doubling), never the prefix.
+            assert received <= held <= max(16 * 1024, 2 * received), (held, received)
+        # The connection is still open and waiting for the rest of its frame.
+        s.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            s.recv(1)
+    assert "Traceback" not in broker.log_text()
+
+
+def test_memory_pool_pauses_reading_instead_of_closing(broker_factory):
+    # With a 1 MiB pool, a half-sent 2 MiB frame exhausts it: other connections stop being read
+    # (their requests wait, they are not closed) until that frame has been handled.
+    broker = _traced_broker(broker_factory, {"queued.max.request.bytes": "1048576"})
+    addr = parse_bootstrap(broker.bootstrap)
+    big = encode_request(ApiVersionsRequest(version=0), 0, 99)[4:]
+    big += b"\0" * (2 * 1024 * 1024 - len(big))  # ApiVersions v0 ignores trailing bytes
+    with socket.create_connection(addr, timeout=30) as a, socket.create_connection(addr, timeout=30) as b:
+        a.sendall(struct.pack(">i", len(big)) + big[:1000])
+        _wait_for(lambda: any(r == 1000 for _, r, _ in _traces(broker.log_text())), "the start of the big frame")
+        # b's first request is read (it completes in one read) and answered; then b pauses for memory.
+        b.sendall(encode_request(ApiVersionsRequest(version=0), 0, 1))
+        assert read_frame(b)
+        _wait_for(lambda: "reading paused, queued.max.request.bytes=1048576 reached" in broker.log_text(),
+                  "a connection to pause reading for memory")
+        b.sendall(encode_request(ApiVersionsRequest(version=0), 0, 2))
+        b.setblocking(False)
+        with pytest.raises(BlockingIOError):  # not answered: b is not being read (a response would be a bug)
+            b.recv(1)
+        b.settimeout(30)
+        # The rest of the big frame: handled, its memory returned, and b is read again.
+        a.sendall(big[1000:])
+        assert struct.unpack_from(">i", read_frame(a))[0] == 99
+        assert struct.unpack_from(">i", read_frame(b))[0] == 2
+        b.sendall(encode_request(ApiVersionsRequest(version=0), 0, 3))
+        assert struct.unpack_from(">i", read_frame(b))[0] == 3
+    assert "closing connection" not in broker.log_text()
+
+
+def _traces(text: str) -> list[tuple[int, int, int]]:
+    return [tuple(map(int, m.groups())) for m in _TRACE.finditer(text)]  # type: ignore[misc]
