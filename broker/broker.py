@@ -97,7 +97,13 @@ class Broker:
         t0 = time.perf_counter()
         self.log_manager.startup()
         for info in self.metadata.topics().values():
-            self.replica_manager.ensure_topic(info.name, info.num_partitions, info.configs)
+            lm = self.log_manager
+            if info.internal or all(lm.get_log(info.name, p) is not None for p in range(info.num_partitions)):
+                self.replica_manager.ensure_topic(info.name, info.num_partitions, info.configs)
+            else:
+                # A creation a stop interrupted: finished in the background, like a new one, so
+                # thousands of missing partitions do not hold up the start.
+                self.replica_manager.start_creation(info.name, info.topic_id)
         known = set(self.metadata.topics())
         for lg in list(self.log_manager.all_logs()):
             if lg.topic not in known:

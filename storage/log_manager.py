@@ -225,7 +225,7 @@ class LogManager:
         for lg in logs:
             lg.delete()
             self._deleting.discard(lg)
-            log.info("Deleted log %s", lg.dir.name)
+            log.debug("Deleted log %s", lg.dir.name)
 
     def delete_log(self, topic: str, partition: int) -> None:
         lg = self._logs.pop((topic, partition), None)
