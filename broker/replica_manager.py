@@ -61,7 +61,7 @@ class AppendOutcome:
 
 
 class Partition:
-    """One partition this broker holds a replica of (a single node: leads)."""
+    """One partition led by this broker."""
 
     __slots__ = ("topic", "index", "log", "leader_epoch", "_waiters", "producer_state", "max_message_bytes",
                  "_flush_task", "_flush_waiters", "_flush_up_to")
@@ -149,19 +149,6 @@ def validate_batches(buf: bytearray | memoryview, max_message_bytes: int, *,
     return headers
 
 
-# A compressed batch may hold ~1.3 M minimal records per MiB, and walking them takes about a second:
-# from this size on, a compressed batch is validated on an executor thread (the walk reads only the
-# request's bytes; offsets, producer state and the append stay on the event loop), so one hostile
-# batch cannot stall every other connection. Uncompressed batches walk at >1 GB/s and stay inline.
-OFFLOAD_VALIDATION_BYTES = 64 * 1024
-# The low byte of the attributes (int16 at offset 21) holds the codec.
-_CODEC_BYTE = B.ATTRIBUTES_OFFSET + 1
-
-
-def validation_is_offloaded(buf: bytearray | memoryview) -> bool:
-    return len(buf) >= OFFLOAD_VALIDATION_BYTES and bool(buf[_CODEC_BYTE] & B.COMPRESSION_MASK)
-
-
 class ReplicaManager:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -171,46 +158,11 @@ class ReplicaManager:
 
     # --- lifecycle -------------------------------------------------------------------------
 
-    def is_local(self, topic: str, partition: int) -> bool:
-        """This broker holds a replica of the partition (a single node holds every partition)."""
-        return self.broker.node_id in self.broker.metadata.replicas(topic, partition)
-
-    def get_leader(self, topic: str, partition: int) -> tuple[Partition | None, ErrorCode]:
-        """The partition if this broker may serve it as leader now, else the error to answer:
-        UNKNOWN_TOPIC_OR_PARTITION for a partition the cluster does not have, NOT_LEADER_OR_FOLLOWER
-        when another broker leads it, it has no leader, or this broker is fenced (cluster mode:
-        its etcd session passed the local deadline, so another leader may already be elected)."""
-        md = self.broker.metadata
-        part = self.partitions.get((topic, partition))
-        if part is None:
-            info = md.get_topic(topic)
-            if info is None or not 0 <= partition < info.num_partitions:
-                return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            return None, ErrorCode.NOT_LEADER_OR_FOLLOWER
-        if md.leader(topic, partition) != self.broker.node_id or md.fenced():
-            return None, ErrorCode.NOT_LEADER_OR_FOLLOWER
-        return part, ErrorCode.NONE
-
-    def update_leadership(self, topic: str) -> None:
-        """Cluster mode: a leader, leader epoch or ISR of the topic changed in metadata. A local
-        replica takes the new leader epoch; one that became leader starts that epoch at its log
-        end. Fetches waiting on any of them wake up to answer with the new state."""
-        md = self.broker.metadata
-        for (t, p), part in self.partitions.items():
-            if t != topic:
-                continue
-            epoch = md.leader_epoch(t, p)
-            if epoch != part.leader_epoch:
-                part.leader_epoch = epoch
-                if md.leader(t, p) == self.broker.node_id:
-                    part.log.assign_leader_epoch(epoch, part.log.log_end_offset)
-            part.wake_waiters()
-
     def ensure_topic(self, topic: str, num_partitions: int, configs: dict[str, str]) -> None:
         log_config = self.broker.log_config_for(configs)
         max_bytes = self.broker.max_message_bytes_for(configs)
         for p in range(num_partitions):
-            if (topic, p) not in self.partitions and self.is_local(topic, p):
+            if (topic, p) not in self.partitions:
                 lg = self.broker.log_manager.get_or_create_log(topic, p, log_config)
                 epoch = self.broker.metadata.leader_epoch(topic, p)
                 lg.assign_leader_epoch(epoch, lg.log_end_offset)
@@ -272,7 +224,7 @@ class ReplicaManager:
                 return
             chunk: list[int] = []
             while next_p < info.num_partitions and len(chunk) < CREATE_STEP:
-                if (topic, next_p) not in self.partitions and self.is_local(topic, next_p):
+                if (topic, next_p) not in self.partitions:
                     chunk.append(next_p)
                 next_p += 1
             if not chunk:
@@ -386,35 +338,15 @@ class ReplicaManager:
 
     # --- produce ---------------------------------------------------------------------------
 
-    async def append_async(self, part: Partition, buf: bytearray | memoryview, *,
-                           transactional_id: str | None = None) -> AppendOutcome:
-        """``append``, with the record validation of a large compressed batch run off the loop."""
-        if not validation_is_offloaded(buf):
-            return self.append(part, buf, transactional_id=transactional_id)
-        lg = part.log
-        compacted_tp = f"{part.topic}-{part.index}" if lg.config.compact_enabled else None
-        try:
-            headers = await asyncio.get_running_loop().run_in_executor(
-                None, partial(validate_batches, buf, part.max_message_bytes, compacted_tp=compacted_tp))
-        except KafkaError as e:
-            return AppendOutcome(error=e.code, message=e.message, log_start_offset=lg.log_start_offset,
-                                 record_errors=getattr(e, "record_errors", []))
-        if self.partitions.get((part.topic, part.index)) is not part:  # deleted meanwhile
-            return AppendOutcome(error=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                 message="This server does not host this topic-partition.")
-        return self.append(part, buf, transactional_id=transactional_id, headers=headers)
-
     def append(self, part: Partition, buf: bytearray | memoryview, *, now_ms: int | None = None,
-               transactional_id: str | None = None, headers: list[B.BatchHeader] | None = None) -> AppendOutcome:
+               transactional_id: str | None = None) -> AppendOutcome:
         """Validate and append one client batch; duplicates of recent idempotent batches are
-        answered with their original offsets and not written again. ``headers``: the batch was
-        validated already (``append_async``)."""
+        answered with their original offsets and not written again."""
         lg = part.log
         now = int(time.time() * 1000) if now_ms is None else now_ms
         try:
-            if headers is None:
-                compacted_tp = f"{part.topic}-{part.index}" if lg.config.compact_enabled else None
-                headers = validate_batches(buf, part.max_message_bytes, compacted_tp=compacted_tp)
+            compacted_tp = f"{part.topic}-{part.index}" if lg.config.compact_enabled else None
+            headers = validate_batches(buf, part.max_message_bytes, compacted_tp=compacted_tp)
             h = headers[0]
             ps = part.producer_state
             if ps is not None and h.has_producer_id:
