@@ -33,6 +33,13 @@ def _walk(obj: Any, path: str, found: list[tuple[int, str]]) -> None:
 
 
 def error_summary(api_key: int, version: int, response: Any) -> str:
+    try:
+        return _summary(api_key, version, response)
+    except Exception as e:  # a log line must never fail a request
+        return f"?({type(e).__name__})"
+
+
+def _summary(api_key: int, version: int, response: Any) -> str:
     if response is None:
         return "none"
     chunks = getattr(response, "chunks", None)

@@ -94,3 +94,21 @@ def test_null_non_nullable_field_closes_connection(shared_broker: BrokerProcess,
     warns = new_warns()
     assert len(warns) == 1, tail
     assert f"non-nullable field {field} was serialized as null" in warns[0]
+
+
+def test_debug_request_log_carries_error_codes(broker_factory) -> None:
+    # Issue 21 item 5: every request line of the DEBUG request log names the response's error code.
+    from kafka.protocol.admin import DeleteGroupsRequest
+
+    broker = broker_factory(overrides={"kbroker.log.level": "DEBUG"})
+    send_request(broker.bootstrap, ApiVersionsRequest(version=0), 0)
+    resp = send_request(broker.bootstrap, DeleteGroupsRequest(version=2, groups_names=["no-such-group"]), 2)
+    code = resp.results[0].error_code
+    assert code != 0
+
+    def lines() -> list[str]:
+        return [ln for ln in broker.log_text().splitlines() if "kbroker.request" in ln]
+
+    _wait_for(lambda: any("DeleteGroups v2" in ln for ln in lines()), "the DeleteGroups request line")
+    assert any("ApiVersions v0" in ln and "error=0" in ln for ln in lines())
+    assert any("DeleteGroups v2" in ln and f"error={code}@results[]" in ln for ln in lines())
