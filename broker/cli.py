@@ -132,10 +132,20 @@ def _delegate(module: str):
     return run
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kbroker")
+    except PackageNotFoundError:  # running from a checkout that was never installed
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     from broker.config import serve_help_epilog
 
     parser = argparse.ArgumentParser(prog="kbroker", description="A Kafka-protocol-compatible transactional broker.")
+    parser.add_argument("--version", action="version", version=f"kbroker {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser(
@@ -157,9 +167,15 @@ def build_parser() -> argparse.ArgumentParser:
     dl.set_defaults(func=cmd_dump_log)
 
     for name, module, text in (
-        ("groups", "cli.groups", "consumer groups: list | describe G | reset-offsets G ..."),
+        ("groups", "cli.groups", "consumer groups: list | describe G | reset-offsets G ... | delete G"),
         ("transactions", "cli.transactions", "transactions: list | describe ID | abort ..."),
         ("features", "cli.features", "feature levels: describe | upgrade | downgrade --feature F=L"),
+        ("topics", "cli.topics", "topics: list | describe | create | delete | alter --partitions N"),
+        ("configs", "cli.configs", "topic and broker configs: describe | alter --add-config/--delete-config"),
+        ("console-producer", "cli.console_producer", "send lines from stdin or --file as records"),
+        ("console-consumer", "cli.console_consumer", "print the records of a topic"),
+        ("get-offsets", "cli.get_offsets", "partition offsets for --time -1|-2|-3|TIMESTAMP"),
+        ("perf", "cli.perf", "load tests: produce | consume"),
     ):
         p = sub.add_parser(name, help=text, add_help=False)
         p.add_argument("rest", nargs=argparse.REMAINDER)
@@ -167,7 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_DELEGATED = {"groups": "cli.groups", "transactions": "cli.transactions", "features": "cli.features"}
+_DELEGATED = {"groups": "cli.groups", "transactions": "cli.transactions", "features": "cli.features",
+              "topics": "cli.topics", "configs": "cli.configs", "console-producer": "cli.console_producer",
+              "console-consumer": "cli.console_consumer", "get-offsets": "cli.get_offsets", "perf": "cli.perf"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,13 @@ Speaks the Kafka protocol (protocol.client.ProtocolClient) like kafka-consumer-g
 log-end offsets and lag; classic groups through DescribeGroups, KIP-848 groups through
 ConsumerGroupDescribe), ``reset-offsets G --topic T --to-earliest|--to-latest|--to-offset N|
 --to-datetime ISO [--execute]`` (a dry run unless --execute; the group must have no active
-members, as in Kafka).
+members, as in Kafka), ``delete G [G ...]`` (DeleteGroups at each group's coordinator; Kafka's
+errors: NON_EMPTY_GROUP while members are active, GROUP_ID_NOT_FOUND).
+
+``--bootstrap-server``/``-b`` and ``--command-config`` go before or after the action. This tool
+speaks PLAINTEXT only (the protocol client has no TLS/SASL): a ``--command-config`` asking for
+another ``security.protocol`` is refused with one line. A connection that does not open within
+5 s, or a run not done within 60 s, fails with one line.
 """
 
 from __future__ import annotations
@@ -16,20 +22,17 @@ import sys
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
+from kafka.protocol.admin import DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest
 from kafka.protocol.consumer import ListOffsetsRequest, OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
+from cli.common import CONNECT_TIMEOUT_S, TIMEOUT_S, CliError, add_connection_options, load_properties
 from protocol.client import ProtocolClient
 from protocol.consumer_group_api import ConsumerGroupDescribeRequest
 from protocol.errors import ErrorCode
 from storage.internal_records import decode_assignment
 
 EARLIEST, LATEST = -2, -1
-
-
-class CliError(Exception):
-    pass
 
 
 def _split(bootstrap: str) -> tuple[str, int]:
@@ -42,18 +45,38 @@ def _check(code: int, what: str) -> None:
         raise CliError(f"{what}: {ErrorCode(code).name}")
 
 
+class _Bounded:
+    """A ProtocolClient whose every request is bounded by TIMEOUT_S (a broker that accepts the
+    connection but never answers must not hang the tool)."""
+
+    def __init__(self, client: ProtocolClient) -> None:
+        self.client = client
+
+    async def request(self, request: Any, version: int) -> Any:
+        try:
+            return await asyncio.wait_for(self.client.request(request, version), TIMEOUT_S)
+        except TimeoutError:
+            raise CliError(f"no answer from {self.client.host}:{self.client.port} within {TIMEOUT_S:g} s") from None
+
+
 class GroupsTool:
     def __init__(self, bootstrap: str, out: TextIO) -> None:
         self.bootstrap = bootstrap
         self.out = out
         self.clients: dict[tuple[str, int], ProtocolClient] = {}
 
-    async def client(self, host: str, port: int) -> ProtocolClient:
+    async def client(self, host: str, port: int) -> _Bounded:
         c = self.clients.get((host, port))
         if c is None:
-            c = await ProtocolClient(host, port, client_id="kbroker-groups").connect()
+            try:
+                c = await asyncio.wait_for(ProtocolClient(host, port, client_id="kbroker-groups").connect(),
+                                           CONNECT_TIMEOUT_S)
+            except TimeoutError:
+                raise CliError(f"cannot connect to {host}:{port}: no answer within {CONNECT_TIMEOUT_S:g} s") from None
+            except OSError as e:
+                raise CliError(f"cannot connect to {host}:{port}: {e.strerror or e}") from None
             self.clients[(host, port)] = c
-        return c
+        return _Bounded(c)
 
     async def close(self) -> None:
         for c in self.clients.values():
@@ -67,7 +90,7 @@ class GroupsTool:
             include_topic_authorized_operations=False)
         return await c.request(req, 8)
 
-    async def coordinator(self, group: str) -> ProtocolClient:
+    async def coordinator(self, group: str) -> _Bounded:
         c = await self.client(*_split(self.bootstrap))
         for _ in range(50):
             r = await c.request(FindCoordinatorRequest(version=3, key=group, key_type=0), 3)
@@ -93,7 +116,7 @@ class GroupsTool:
 
     # --- offsets -----------------------------------------------------------------------------------
 
-    async def committed(self, group: str, coord: ProtocolClient) -> dict[tuple[str, int], int]:
+    async def committed(self, group: str, coord: _Bounded) -> dict[tuple[str, int], int]:
         r = await coord.request(OffsetFetchRequest(version=7, group_id=group, topics=None, require_stable=True), 7)
         _check(r.error_code, f"fetching the offsets of {group}")
         return {(t.name, p.partition_index): p.committed_offset for t in r.topics for p in t.partitions
@@ -175,6 +198,26 @@ class GroupsTool:
             self._table(["CONSUMER-ID", "GROUP-INSTANCE-ID", "CLIENT-ID", "HOST", "ASSIGNMENT"], members)
         return 0
 
+    # --- delete ------------------------------------------------------------------------------------
+
+    async def delete(self, groups: list[str]) -> int:
+        failed = []
+        for group in groups:
+            coord = await self.coordinator(group)
+            r = await coord.request(DeleteGroupsRequest(version=2, groups_names=[group]), 2)
+            for res in r.results:
+                if res.error_code:
+                    name = ErrorCode(res.error_code).name
+                    why = {"NON_EMPTY_GROUP": "the group is not empty",
+                           "GROUP_ID_NOT_FOUND": "the group does not exist"}.get(name)
+                    failed.append(f"Group '{res.group_id}' could not be deleted due to: {name}"
+                                  + (f" ({why})" if why else ""))
+        if failed:
+            raise CliError("; ".join(failed))
+        self.out.write("Deletion of requested consumer groups (" + ", ".join(f"'{g}'" for g in groups)
+                       + ") was successful.\n")
+        return 0
+
     # --- reset-offsets -----------------------------------------------------------------------------
 
     async def reset(self, group: str, topic: str, target: tuple[str, Any], execute: bool) -> int:
@@ -241,7 +284,6 @@ def _parse_datetime(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kbroker groups", description="List, describe and reset consumer groups.")
-    p.add_argument("--bootstrap-server", default="127.0.0.1:9092")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list groups")
     d = sub.add_parser("describe", help="members, assignments, committed offsets and lag of a group")
@@ -255,20 +297,33 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--to-offset", type=int)
     how.add_argument("--to-datetime", help="ISO-8601, e.g. 2024-01-31T12:00:00Z")
     r.add_argument("--execute", action="store_true", help="commit (otherwise only print the plan)")
+    de = sub.add_parser("delete", help="delete groups without active members, with their committed offsets")
+    de.add_argument("groups", nargs="+", metavar="group")
     # Like Kafka's tools, --bootstrap-server may also follow the subcommand (`kbroker groups list
     # --bootstrap-server H:P`).
-    for action in sub.choices.values():
-        action.add_argument("--bootstrap-server", default=argparse.SUPPRESS, help="broker to start from")
+    add_connection_options(p, sub)
     return p
 
 
+def _check_command_config(path: str | None) -> None:
+    if not path:
+        return
+    protocol = load_properties(path).get("security.protocol", "PLAINTEXT")
+    if protocol.upper() != "PLAINTEXT":
+        raise CliError(f"security.protocol={protocol} is not supported by kbroker groups yet (PLAINTEXT only)")
+
+
 async def _run(args: argparse.Namespace, out: TextIO) -> int:
-    tool = GroupsTool(args.bootstrap_server, out)
+    _check_command_config(args.command_config)
+    # The first of the bootstrap servers, as the protocol client connects to one address.
+    tool = GroupsTool(args.bootstrap_server.split(",")[0].split("://")[-1], out)
     try:
         if args.command == "list":
             return await tool.list()
         if args.command == "describe":
             return await tool.describe(args.group)
+        if args.command == "delete":
+            return await tool.delete(args.groups)
         if args.to_earliest:
             target: tuple[str, Any] = ("earliest", None)
         elif args.to_latest:
@@ -285,7 +340,10 @@ async def _run(args: argparse.Namespace, out: TextIO) -> int:
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return asyncio.run(_run(args, out or sys.stdout))
+        return asyncio.run(asyncio.wait_for(_run(args, out or sys.stdout), TIMEOUT_S * 4))
+    except TimeoutError:
+        print(f"kbroker groups {args.command}: no answer within {TIMEOUT_S * 4:g} s", file=sys.stderr)
+        return 1
     except (CliError, OSError, ValueError) as e:
         print(f"kbroker groups {args.command}: {e}", file=sys.stderr)
         return 1

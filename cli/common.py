@@ -1,0 +1,194 @@
+"""Shared plumbing of the client-side tools.
+
+* ``--bootstrap-server`` / ``-b`` and ``--command-config FILE``, accepted before or after the action
+  (``add_connection_options``), as Kafka's scripts accept them anywhere;
+* client configs for confluent-kafka: the bootstrap servers plus the ``--command-config``
+  properties file (librdkafka property names, e.g. ``security.protocol``, ``sasl.mechanism``,
+  ``ssl.ca.location``), read with ``broker.config.parse_properties``;
+* a bounded reachability check of the bootstrap servers before any client is made, so that a bad
+  ``--bootstrap-server`` fails in seconds with one line instead of librdkafka's retry loop;
+* ``run_tool``: every failure becomes one ``kbroker <tool>: message`` line on stderr and exit
+  status 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import logging
+import os
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+# Every broker round trip of a tool is bounded by this (admin requests, metadata, futures);
+# KBROKER_TOOL_TIMEOUT_S changes it (tests use a short one).
+TIMEOUT_S = float(os.environ.get("KBROKER_TOOL_TIMEOUT_S", "15"))
+CONNECT_TIMEOUT_S = 5.0
+
+
+class CliError(Exception):
+    """A failure to report as one line (exit status 1)."""
+
+
+# librdkafka's own log lines ("Connect to ipv4#... failed", repeated) would drown the one clear
+# line a tool prints; errors that matter reach the tools through futures and error callbacks.
+_QUIET = logging.getLogger("kbroker.librdkafka")
+_QUIET.addHandler(logging.NullHandler())
+_QUIET.propagate = False
+
+
+def add_connection_options(parser: argparse.ArgumentParser,
+                           subparsers: argparse._SubParsersAction | None = None) -> None:
+    """Add the connection options to ``parser`` and, suppressed by default, to every action parser,
+    so ``kbroker topics -b H:P list`` and ``kbroker topics list -b H:P`` both work."""
+    parser.add_argument("--bootstrap-server", "-b", dest="bootstrap_server", default=DEFAULT_BOOTSTRAP,
+                        metavar="HOST:PORT[,HOST:PORT]", help=f"brokers to start from (default {DEFAULT_BOOTSTRAP})")
+    parser.add_argument("--command-config", dest="command_config", metavar="FILE", default=None,
+                        help="client properties file (librdkafka names, e.g. security.protocol=SSL)")
+    for action in (subparsers.choices.values() if subparsers is not None else ()):
+        action.add_argument("--bootstrap-server", "-b", dest="bootstrap_server", default=argparse.SUPPRESS,
+                            metavar="HOST:PORT[,HOST:PORT]", help="brokers to start from")
+        action.add_argument("--command-config", dest="command_config", metavar="FILE", default=argparse.SUPPRESS,
+                            help="client properties file")
+
+
+def load_properties(path: str) -> dict[str, str]:
+    from broker.config import parse_properties
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CliError(f"file not found: {path}") from None
+    except OSError as e:
+        raise CliError(f"cannot read {path}: {e.strerror or e}") from None
+    return parse_properties(text)
+
+
+def parse_key_values(items: list[str] | None, what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"{what} expects key=value, got {item!r}")
+        out[key.strip()] = value
+    return out
+
+
+def bootstrap_addresses(bootstrap: str) -> list[tuple[str, int]]:
+    """``host:port[,host:port]`` (an optional ``PROTOCOL://`` prefix, ``[v6]:port``) as pairs."""
+    out = []
+    for item in bootstrap.split(","):
+        item = item.strip()
+        if "://" in item:
+            item = item.split("://", 1)[1]
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep:
+            host, port = item, "9092"
+        if not port.isdigit():
+            raise CliError(f"bad --bootstrap-server {bootstrap!r}: expected HOST:PORT")
+        out.append((host.strip("[]") or "127.0.0.1", int(port)))
+    if not out:
+        raise CliError("empty --bootstrap-server")
+    return out
+
+
+def check_reachable(bootstrap: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Fail with one line unless at least one bootstrap server accepts a TCP connection."""
+    errors = []
+    for host, port in bootstrap_addresses(bootstrap):
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                return
+        except TimeoutError:
+            errors.append(f"{host}:{port}: no answer within {timeout:g} s")
+        except OSError as e:
+            errors.append(f"{host}:{port}: {e.strerror or e}")
+    raise CliError(f"cannot connect to the bootstrap server ({'; '.join(errors)})")
+
+
+def client_config(args: argparse.Namespace, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The confluent-kafka config of a tool: defaults, then ``extra``, then --command-config (wins,
+    as a properties file passed to Kafka's tools wins over their defaults)."""
+    conf: dict[str, Any] = {
+        "bootstrap.servers": args.bootstrap_server,
+        "logger": _QUIET,
+        "socket.connection.setup.timeout.ms": int(CONNECT_TIMEOUT_S * 1000),
+    }
+    conf.update(extra or {})
+    if getattr(args, "command_config", None):
+        conf.update(load_properties(args.command_config))
+    return conf
+
+
+def admin_client(args: argparse.Namespace) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    conf = client_config(args)  # a missing --command-config file fails before any connection
+    check_reachable(args.bootstrap_server)
+    return AdminClient(conf)
+
+
+def error_text(err: Any) -> str:
+    """One line for a KafkaException / KafkaError: Kafka's error name and the broker's message."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    if isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError):
+        err = err.args[0]
+    if isinstance(err, KafkaError):
+        name, text = err.name(), err.str()
+        return f"{text} ({name})" if text and text != name and name not in text else (text or name)
+    return str(err)
+
+
+def wait(future: concurrent.futures.Future, what: str, timeout: float = TIMEOUT_S) -> Any:
+    """The result of an admin future, bounded; a failure becomes a CliError naming ``what``."""
+    from confluent_kafka import KafkaException
+
+    try:
+        return future.result(timeout)
+    except KafkaException as e:
+        raise CliError(f"{what}: {error_text(e)}") from None
+    except TimeoutError:
+        raise CliError(f"{what}: no answer within {timeout:g} s") from None
+
+
+def cluster_metadata(admin: Any) -> Any:
+    from confluent_kafka import KafkaException
+
+    try:
+        return admin.list_topics(timeout=TIMEOUT_S)
+    except KafkaException as e:
+        raise CliError(f"cannot get metadata from the cluster within {TIMEOUT_S:g} s: {error_text(e)}") from None
+
+
+def require_topic(metadata: Any, topic: str) -> Any:
+    t = metadata.topics.get(topic)
+    if t is None or (t.error is not None and t.error.code() != 0):
+        raise CliError(f"Topic '{topic}' does not exist")
+    return t
+
+
+def run_tool(prog: str, fn: Callable[[], int]) -> int:
+    """Run ``fn``; report any failure as one line on stderr (exit status 1), no traceback."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    try:
+        return fn()
+    except CliError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+    except (KafkaException, KafkaError) as e:
+        print(f"{prog}: {error_text(e)}", file=sys.stderr)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `kbroker ... | head`: the reader left; not an error of the tool.
+        return 0
+    except (OSError, ValueError) as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+    return 1

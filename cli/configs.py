@@ -1,0 +1,258 @@
+"""``kbroker configs``: describe and change topic and broker configs, like kafka-configs.sh.
+
+    kbroker configs [-b H:P] describe --entity-type topics|brokers (--entity-name N | --entity-default) [--all]
+    kbroker configs alter --entity-type topics|brokers (--entity-name N | --entity-default)
+                          [--add-config k=v,k2=[a,b]] [--delete-config k,k2]
+    (shorthands: --topic T, --broker ID, --broker-defaults)
+
+DescribeConfigs and IncrementalAlterConfigs (SET / DELETE) through confluent-kafka's AdminClient.
+``describe`` prints the dynamic configs (the topic's overrides, or the broker's dynamic settings)
+in Kafka's ``k=v sensitive=false synonyms={...}`` layout, or every config with ``--all``.
+``--entity-default`` on brokers is the cluster-wide dynamic default (resource name ""): librdkafka
+refuses an empty resource name, so that one goes through the protocol client (PLAINTEXT only).
+Not supported yet: ``users`` and ``clients`` (client quotas: the broker does not serve
+DescribeClientQuotas / AlterClientQuotas); SCRAM credentials belong to ``kbroker users``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, TextIO
+
+from cli.common import CliError, add_connection_options, admin_client, run_tool, wait
+
+PROG = "kbroker configs"
+ENTITY_TYPES = ("topics", "brokers", "users", "clients")
+# ConfigSource names as Kafka's ConfigEntry.ConfigSource prints them.
+SOURCE_NAMES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
+                3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG",
+                6: "DYNAMIC_BROKER_LOGGER_CONFIG"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="Describe and alter topic and broker configs.")
+    sub = p.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("describe", help="show the configs of an entity")
+    d.add_argument("--all", action="store_true", help="every config, not only the dynamic ones")
+    a = sub.add_parser("alter", help="set or delete configs of an entity")
+    a.add_argument("--add-config", metavar="K=V,K2=[A,B]", help="configs to set (list values in [])")
+    a.add_argument("--delete-config", metavar="K,K2", help="configs to remove (back to their default)")
+    for action in (d, a):
+        action.add_argument("--entity-type", choices=ENTITY_TYPES)
+        action.add_argument("--entity-name")
+        action.add_argument("--entity-default", action="store_true", help="the cluster-wide broker default")
+        action.add_argument("--topic", help="shorthand for --entity-type topics --entity-name T")
+        action.add_argument("--broker", help="shorthand for --entity-type brokers --entity-name ID")
+        action.add_argument("--broker-defaults", action="store_true",
+                            help="shorthand for --entity-type brokers --entity-default")
+    add_connection_options(p, sub)
+    return p
+
+
+def _entity(args: argparse.Namespace) -> tuple[str, str]:
+    """(entity type, resource name) from the long or the shorthand options."""
+    kind, name, default = args.entity_type, args.entity_name, args.entity_default
+    if args.topic is not None:
+        kind, name = "topics", args.topic
+    elif args.broker is not None:
+        kind, name = "brokers", args.broker
+    elif args.broker_defaults:
+        kind, default = "brokers", True
+    if kind is None:
+        raise CliError("say which entity: --entity-type topics|brokers with --entity-name or --entity-default")
+    if kind in ("users", "clients"):
+        raise CliError(f"--entity-type {kind} is not supported yet (kbroker does not serve client quotas; "
+                       "SCRAM credentials: kbroker users)")
+    if default:
+        if kind != "brokers":
+            raise CliError("--entity-default applies to --entity-type brokers only")
+        return kind, ""
+    if not name:
+        raise CliError(f"--entity-name is required for --entity-type {kind}")
+    return kind, name
+
+
+def _label(kind: str, name: str) -> str:
+    if kind == "topics":
+        return f"topic {name}"
+    return f"broker {name}" if name else "the default broker"
+
+
+def _resource(kind: str, name: str, ops: list[Any] | None = None) -> Any:
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    return ConfigResource(ResourceType.TOPIC if kind == "topics" else ResourceType.BROKER, name,
+                          incremental_configs=ops)
+
+
+def _describe(admin: Any, args: argparse.Namespace, out: TextIO) -> int:
+    kind, name = _entity(args)
+    if kind == "brokers" and not name:
+        entries = _default_broker_request(args, None)
+    else:
+        res = _resource(kind, name)
+        entries = wait(admin.describe_configs([res])[res], f"describing the configs of {_label(kind, name)}")
+    # As kafka-configs.sh: only the entity's own dynamic settings, unless --all.
+    own = 1 if kind == "topics" else 2 if name else 3
+    shown = [e for _, e in sorted(entries.items()) if args.all or _source(e) == own]
+    if kind == "topics":
+        head = f"{'All' if args.all else 'Dynamic'} configs for topic {name} are:"
+    elif name:
+        head = f"{'All' if args.all else 'Dynamic'} configs for broker {name} are:"
+    else:
+        head = "Default configs for brokers in the cluster are:"
+    out.write(head + "\n")
+    for e in shown:
+        value = None if e.is_sensitive else e.value
+        synonyms = ", ".join(f"{SOURCE_NAMES.get(_source(s), '?')}:{s.name}={'null' if e.is_sensitive else s.value}"
+                             for s in e.synonyms.values())
+        out.write(f"  {e.name}={'null' if value is None else value} sensitive={str(e.is_sensitive).lower()} "
+                  f"synonyms={{{synonyms}}}\n")
+    return 0
+
+
+class _Entry:
+    """A config entry from a raw DescribeConfigs response, shaped like confluent-kafka's ConfigEntry."""
+
+    def __init__(self, name: str, value: str | None, source: int, is_sensitive: bool,
+                 synonyms: dict[str, _Entry] | None = None) -> None:
+        self.name, self.value, self.source, self.is_sensitive = name, value, source, is_sensitive
+        self.synonyms = synonyms or {}
+
+
+def _default_broker_request(args: argparse.Namespace, ops: list[tuple[str, str | None]] | None) -> dict[str, Any]:
+    """DescribeConfigs (ops None) or IncrementalAlterConfigs of the cluster-wide broker default over
+    the protocol client: librdkafka refuses a ConfigResource whose name is empty."""
+    import asyncio
+
+    from kafka.protocol.admin import DescribeConfigsRequest, IncrementalAlterConfigsRequest
+
+    from cli.common import CONNECT_TIMEOUT_S, TIMEOUT_S, bootstrap_addresses, load_properties
+    from protocol.client import ProtocolClient
+    from protocol.errors import ErrorCode
+
+    if args.command_config and load_properties(args.command_config).get(
+            "security.protocol", "PLAINTEXT").upper() != "PLAINTEXT":
+        raise CliError("--entity-default supports PLAINTEXT connections only for now")
+
+    async def run() -> Any:
+        host, port = bootstrap_addresses(args.bootstrap_server)[0]
+        try:
+            client = await asyncio.wait_for(ProtocolClient(host, port, client_id="kbroker-configs").connect(),
+                                            CONNECT_TIMEOUT_S)
+        except (OSError, TimeoutError) as e:
+            raise CliError(f"cannot connect to {host}:{port}: {getattr(e, 'strerror', None) or e or 'timeout'}") from None
+        try:
+            if ops is None:
+                R = DescribeConfigsRequest.DescribeConfigsResource
+                req = DescribeConfigsRequest(version=4, resources=[R(version=4, resource_type=4, resource_name="",
+                                                                     configuration_keys=None)],
+                                             include_synonyms=True, include_documentation=False)
+                return await asyncio.wait_for(client.request(req, 4), TIMEOUT_S)
+            R = IncrementalAlterConfigsRequest.AlterConfigsResource
+            req = IncrementalAlterConfigsRequest(version=1, validate_only=False, resources=[R(
+                version=1, resource_type=4, resource_name="", configs=[
+                    R.AlterableConfig(version=1, name=k, config_operation=0 if v is not None else 1, value=v)
+                    for k, v in ops])])
+            return await asyncio.wait_for(client.request(req, 1), TIMEOUT_S)
+        finally:
+            await client.close()
+
+    try:
+        resp = asyncio.run(run())
+    except TimeoutError:
+        raise CliError(f"no answer within {TIMEOUT_S:g} s") from None
+    result = (resp.results if ops is None else resp.responses)[0]
+    if result.error_code:
+        raise CliError(f"{result.error_message or ''} ({ErrorCode(result.error_code).name})".strip())
+    if ops is not None:
+        return {}
+    out = {}
+    for c in result.configs:
+        synonyms = {s.name: _Entry(s.name, s.value, s.source, c.is_sensitive) for s in c.synonyms}
+        # The default's own value is its DYNAMIC_DEFAULT_BROKER_CONFIG synonym: kbroker answers
+        # the top-level value of the answering broker (a per-broker override wins there).
+        own = next((s for s in c.synonyms if s.source == 3 and s.name == c.name), None)
+        value, source = (own.value, 3) if own is not None else (c.value, c.config_source)
+        out[c.name] = _Entry(c.name, value, source, c.is_sensitive, synonyms)
+    return out
+
+
+def _source(entry: Any) -> int:
+    s = entry.source
+    return int(getattr(s, "value", s))
+
+
+def split_add_config(text: str) -> dict[str, str]:
+    """kafka-configs.sh's --add-config: ``k=v,k2=v2`` where a list value is bracketed, ``k=[a,b]``."""
+    out: dict[str, str] = {}
+    depth, start, parts = 0, 0, []
+    for i, ch in enumerate(text):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth = max(depth - 1, 0)
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    for part in parts:
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"--add-config expects k=v[,k2=v2], got {part!r}")
+        value = value.strip()
+        if value.startswith("[") and value.endswith("]"):
+            value = value[1:-1]
+        out[key.strip()] = value
+    return out
+
+
+def _alter(admin: Any, args: argparse.Namespace, out: TextIO) -> int:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+
+    kind, name = _entity(args)
+    sets = split_add_config(args.add_config or "")
+    deletes = [k.strip() for k in (args.delete_config or "").split(",") if k.strip()]
+    if not sets and not deletes:
+        raise CliError("nothing to change: give --add-config and/or --delete-config")
+    both = sorted(set(sets) & set(deletes))
+    if both:
+        raise CliError(f"a config cannot be both added and deleted: {', '.join(both)}")
+    if kind == "topics":
+        from cli.common import cluster_metadata, require_topic
+
+        require_topic(cluster_metadata(admin), name)
+    if kind == "brokers" and not name:
+        _default_broker_request(args, [*sets.items(), *((k, None) for k in deletes)])
+        out.write("Completed updating default config for brokers in the cluster.\n")
+        return 0
+    ops = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in sets.items()]
+    ops += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in deletes]
+    res = _resource(kind, name, ops)
+    wait(admin.incremental_alter_configs([res])[res], f"altering the configs of {_label(kind, name)}")
+    out.write(f"Completed updating config for {_label(kind, name)}.\n")
+    return 0
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+    args = build_parser().parse_args(argv)
+
+    def run() -> int:
+        kind, name = _entity(args)  # usage errors before any connection
+        admin = admin_client(args)
+        if kind == "brokers" and name:
+            from cli.common import cluster_metadata
+
+            # librdkafka would wait for an unknown broker id until the timeout.
+            if not name.isdigit() or int(name) not in cluster_metadata(admin).brokers:
+                raise CliError(f"broker {name} is not in the cluster")
+        return (_describe if args.command == "describe" else _alter)(admin, args, out or sys.stdout)
+
+    return run_tool(f"{PROG} {args.command}", run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
