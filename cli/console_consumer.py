@@ -148,6 +148,10 @@ def _consume(args: argparse.Namespace, out: TextIO) -> int:
         "auto.offset.reset": "earliest" if args.from_beginning else "latest",
         "isolation.level": args.isolation_level,
         "enable.partition.eof": False,
+        # Offsets are stored by hand, for printed records only: with the automatic store librdkafka
+        # also moves the stored offset past fetched control records on close, which commits records
+        # that --max-messages never printed.
+        "enable.auto.offset.store": False,
     })
     if args.consumer_config:
         conf.update(load_properties(args.consumer_config))
@@ -178,6 +182,8 @@ def _consume(args: argparse.Namespace, out: TextIO) -> int:
                 raise CliError(f"consuming {args.topic}: {error_text(msg.error())}")
             out.write(formatter.format(msg))
             out.flush()
+            if args.partition is None:
+                consumer.store_offsets(msg)
             count += 1
             last = time.monotonic()
     except KeyboardInterrupt:
