@@ -82,7 +82,7 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
                     outcome_code, base, lat, lso, msg = (txn_errors[(name, pd.index)], -1, -1, -1,
                                                          "Partition could not be added to the transaction")
                 else:
-                    o = rm.append(part, pd.records, transactional_id=request.transactional_id)
+                    o = await rm.append_async(part, pd.records, transactional_id=request.transactional_id)
                     outcome_code, base, lat, lso, msg = o.error, o.base_offset, o.log_append_time, o.log_start_offset, o.message
                     if o.record_errors and v >= 8:  # the field exists from v8
                         record_errors = [RecordError(version=v, batch_index=i, batch_index_error_message=m)
