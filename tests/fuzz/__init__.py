@@ -1,0 +1,1 @@
+"""Protocol fuzzing harness (issue 17 item 6): generators, mutators, runner and its tests."""
