@@ -131,8 +131,8 @@ def test_trickling_100mb_frame_costs_only_the_bytes_that_arrived(broker_factory)
         traces = _traces(broker.log_text())
         assert traces and all(total == size for _, _, total in traces)
         for held, received, _ in traces:
-            # Held memory follows the bytes received (a first 16 KiB buffer, then doubling), never the prefix.
-            assert received <= held <= max(16 * 1024, 2 * received), (held, received)
+            # Held memory follows the bytes received (at least 16 KiB, at most 4x what arrived), never the prefix.
+            assert received <= held <= max(16 * 1024, 4 * received), (held, received)
         # The connection is still open and waiting for the rest of its frame.
         s.setblocking(False)
         with pytest.raises(BlockingIOError):
