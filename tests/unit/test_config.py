@@ -643,6 +643,5 @@ def test_reference_lists_no_effect_configs_in_their_own_section():
     md = config_reference_markdown()
     section = md[md.index("## Kafka broker configs accepted with no effect"):md.index("## Topic configs")]
     assert "| `sasl.kerberos.min.time.before.relogin` | long | `60000` | per-broker |" in section
-    assert "| `zookeeper.ssl.truststore.type` | string | null | read-only |" in section
-    assert "`broker.rack`" not in section  # kbroker acts on it since the cluster work (broker_defs)
+    assert "| `broker.rack` | string | null | read-only |" in section
     assert "`listeners`" not in section  # kbroker acts on it: listed with kbroker's own configs
