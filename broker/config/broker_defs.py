@@ -73,7 +73,7 @@ _BROKER_DEFS: list[ConfigDef] = [
        at_least(1)),
     _b("queued.max.request.bytes", "long", 268435456,
        "Upper bound on the memory of requests being read and queued; reading from sockets pauses while it is "
-       "reached. Kafka's default is -1 (unbounded); kbroker defaults to 256 MiB. -1 = unbounded.", at_least(-1)),
+       "reached. Kafka's default is -1 (unbounded); kbroker defaults to 256 MiB. 0 or -1 = unbounded.", at_least(-1)),
     _b("connections.max.idle.ms", "long", 600000,
        "Close connections that have had no request in flight and no bytes received or sent for this long.",
        at_least(1)),
