@@ -18,14 +18,14 @@ from collections.abc import Callable
 
 class MemoryPool:
     def __init__(self, limit: int) -> None:
-        self.limit = limit  # < 0: unbounded
+        self.limit = limit  # <= 0: unbounded (Kafka uses MemoryPool.NONE unless queued.max.request.bytes > 0)
         self.used = 0
         # Callbacks of connections that paused reading for memory, woken in arrival order.
         self._waiters: dict[int, Callable[[], None]] = {}
 
     @property
     def exhausted(self) -> bool:
-        return 0 <= self.limit <= self.used
+        return 0 < self.limit <= self.used
 
     def reserve(self, n: int) -> None:
         self.used += n

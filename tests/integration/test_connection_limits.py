@@ -171,3 +171,17 @@ def test_memory_pool_pauses_reading_instead_of_closing(broker_factory):
 
 def _traces(text: str) -> list[tuple[int, int, int]]:
     return [tuple(map(int, m.groups())) for m in _TRACE.finditer(text)]  # type: ignore[misc]
+
+
+def test_zero_queued_max_request_bytes_means_unbounded(broker_factory):
+    # As in Kafka (a pool only when queued.max.request.bytes > 0): 0 must not pause reading forever.
+    broker = broker_factory(overrides={"queued.max.request.bytes": "0"})
+    frame = encode_request(ApiVersionsRequest(version=0), 0, 7)
+    with socket.create_connection(parse_bootstrap(broker.bootstrap), timeout=30) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s.sendall(frame[:2])  # half a size prefix: the broker stashes it and must keep reading
+        # Not a wait for a result: only gives the broker a chance to read the two bytes on their own
+        # (the case that hung when 0 counted as a bound); the test passes the same without it.
+        time.sleep(0.3)
+        s.sendall(frame[2:])
+        assert struct.unpack_from(">i", read_frame(s))[0] == 7
