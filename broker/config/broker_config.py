@@ -41,6 +41,8 @@ class BrokerConfig:
         for key, raw in self.originals.items():
             d = BROKER_CONFIGS.get(key)
             if d is None:
+                if key.startswith("listener.name."):
+                    continue  # per-listener overrides (ssl.*, sasl.*), read by broker/listener_security.py
                 if key not in TOPIC_CONFIGS:
                     log.warning("unknown broker config %r ignored (kept in originals)", key)
                 else:
@@ -279,12 +281,14 @@ class BrokerConfig:
             }
         return dict(cached)
 
-    def _synonyms(self, names: list[str], sensitive: bool = False) -> list[ConfigSynonym]:
+    def _synonyms(self, names: list[str], sensitive: bool = False, *,
+                  per_broker: bool = True) -> list[ConfigSynonym]:
         """Kafka's synonym listing: every dynamic per-broker value of the names (in precedence
-        order), then dynamic cluster defaults, then static values, then non-null defaults."""
+        order; left out for the cluster-default resource), then dynamic cluster defaults, then
+        static values, then non-null defaults."""
         out: list[ConfigSynonym] = []
         layers = (
-            (self.dynamic, ConfigSource.DYNAMIC_BROKER_CONFIG),
+            (self.dynamic if per_broker else {}, ConfigSource.DYNAMIC_BROKER_CONFIG),
             (self.dynamic_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
             (self.originals, ConfigSource.STATIC_BROKER_CONFIG),
             ({n: BROKER_CONFIGS[n].default for n in names}, ConfigSource.DEFAULT_CONFIG),
@@ -297,17 +301,25 @@ class BrokerConfig:
         return out
 
     # ---------------------------------------------------------------- DescribeConfigs (BROKER)
-    def describe(self, names: Iterable[str] | None = None) -> list[ConfigEntry]:
-        wanted = list(BROKER_CONFIGS) if names is None else [n for n in names if n in BROKER_CONFIGS]
+    def describe(self, names: Iterable[str] | None = None, *, cluster_default: bool = False) -> list[ConfigEntry]:
+        """DescribeConfigs of this broker (every config), or with ``cluster_default`` of the
+        cluster-default resource "": as Kafka's ConfigHelper, only the dynamic cluster defaults
+        that are set, with the per-broker layer left out of their synonyms."""
+        known = self.dynamic_default if cluster_default else BROKER_CONFIGS
+        wanted = list(known) if names is None else [n for n in names if n in known]
         entries: list[ConfigEntry] = []
         for name in wanted:
             d = BROKER_CONFIGS[name]
-            source = self._source(name)
-            value = format_value(d.type, self.get(name))
+            if cluster_default:
+                source = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+                value = format_value(d.type, parse_value(name, d.type, self.dynamic_default[name]))
+            else:
+                source = self._source(name)
+                value = format_value(d.type, self.get(name))
             # A log.* config's synonyms are all spellings of the same topic default (retention
             # ms/minutes/hours); like Kafka, those of higher precedence than `name` are dropped.
             names = TOPIC_SYNONYMS[d.topic_name] if d.topic_name else [name]
-            synonyms = self._synonyms(names, d.sensitive)
+            synonyms = self._synonyms(names, d.sensitive, per_broker=not cluster_default)
             while synonyms and synonyms[0].name != name:
                 synonyms.pop(0)
             entries.append(

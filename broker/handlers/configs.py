@@ -70,8 +70,7 @@ def _entries(ctx: RequestContext, rtype: int, name: str) -> list[ConfigEntry]:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
         return describe_topic_config(info.configs, ctx.broker.config)
     if rtype == BROKER:
-        _check_broker_name(ctx, name)
-        return ctx.broker.config.describe()
+        return ctx.broker.config.describe(cluster_default=_check_broker_name(ctx, name))
     raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}")
 
 

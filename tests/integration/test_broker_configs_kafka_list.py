@@ -22,7 +22,7 @@ from confluent_kafka.admin import (
     ConfigSource,
     ResourceType,
 )
-from kafka.protocol.admin import IncrementalAlterConfigsRequest
+from kafka.protocol.admin import DescribeConfigsRequest, IncrementalAlterConfigsRequest
 
 from tests.helpers.wire import send_request
 
@@ -137,3 +137,20 @@ def test_cluster_default_takes_cluster_wide_configs_only(kb):
     assert _incremental_raw(kb, "", {"sasl.kerberos.min.time.before.relogin": "58000"}) == (
         KafkaError.INVALID_REQUEST, "Cannot update these configs at default cluster level, broker id must be "
                                     "specified: Set(sasl.kerberos.min.time.before.relogin)")
+
+
+def test_describe_cluster_default_lists_only_the_dynamic_defaults(kb):
+    """DescribeConfigs of the cluster-default resource "" answers, as Kafka's ConfigHelper, only the
+    dynamic cluster defaults that are set, with their value (not this broker's effective one)."""
+    admin = _admin(kb)
+    _incremental(admin, "1", {"log.retention.ms": "3600000"})  # this broker's own value
+    assert _incremental_raw(kb, "", {"log.retention.ms": "7200000"}) == (0, None)
+    req = DescribeConfigsRequest(version=4, resources=[DescribeConfigsRequest.DescribeConfigsResource(
+        version=4, resource_type=4, resource_name="", configuration_keys=None)],
+        include_synonyms=True, include_documentation=False)
+    res = send_request(kb.bootstrap, req, 4).results[0]
+    assert res.error_code == 0
+    assert [(c.name, c.value, c.config_source) for c in res.configs] == [
+        ("log.retention.ms", "7200000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)]
+    assert ConfigSource.DYNAMIC_BROKER_CONFIG.value not in {s.source for s in res.configs[0].synonyms}
+    assert _describe(admin)["log.retention.ms"].value == "3600000"  # broker "1" still sees its own
