@@ -7,6 +7,14 @@ own heartbeats (Kafka's CurrentAssignmentBuilder): partitions it must give up ar
 (the member keeps its epoch until it confirms), partitions still owned by another member are
 withheld until released, and only then does the member reach the new epoch.
 
+Regex subscriptions (SubscribedTopicRegex, RE2 syntax) are resolved asynchronously as in Kafka's
+GroupMetadataManager.maybeUpdateRegularExpressions: a heartbeat that brings a new regex only
+schedules its resolution (a task on the event loop, see coordinator/topic_regex.py), so that first
+heartbeat is answered with the literal topics' partitions alone; when the resolution lands and
+changes the group's subscribed topics, the group epoch is bumped and the members get the new
+topics on their next heartbeats. Regexes are resolved again when topics are created or deleted
+(on_topics_changed, called from the broker's metadata events).
+
 Deviation from Kafka: consumer-protocol groups are kept in memory only (no ConsumerGroup*
 records in __consumer_offsets); after a coordinator restart their members get UNKNOWN_MEMBER_ID
 and rejoin. Their committed offsets are persisted like every other group's.
@@ -14,14 +22,14 @@ and rejoin. Their committed offsets are persisted like every other group's.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import re
 import uuid
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol
 
-from coordinator import assignors
+from coordinator import assignors, topic_regex
 from coordinator.group_metadata import ClassicGroup, GroupState
 from protocol.errors import ErrorCode
 
@@ -31,6 +39,7 @@ E = ErrorCode
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
+RECENTLY_LEFT_MAX = 1024  # bound on the members remembered per group after they left
 
 TopicAssignment = dict[uuid.UUID, set[int]]
 
@@ -94,6 +103,13 @@ class ConsumerGroup:
         self.target: dict[str, TopicAssignment] = {}
         self.subscription_metadata: dict[str, tuple[uuid.UUID, int]] = {}
         self.assignor_name = "uniform"
+        # Resolved regular expressions (regex -> topic names), as of topics version regex_version.
+        self.resolved_regex: dict[str, frozenset[str]] = {}
+        self.regex_version = -1
+        self.regex_task: asyncio.Task[None] | None = None
+        self.regex_dirty = False  # something changed while regex_task was running
+        # member id -> (rebalance timeout, until when) of members that just left (see _cg_rejoin_fields).
+        self.recently_left: dict[str, tuple[int, int]] = {}
 
     @property
     def is_empty(self) -> bool:
@@ -110,12 +126,20 @@ class ConsumerGroup:
             return "Reconciling"
         return "Stable"
 
-    def subscribed_topic_names(self, topics: TopicView | None = None) -> set[str]:
+    def member_topics(self, member: ConsumerMember) -> set[str]:
+        """The topic names a member subscribes to: its literal names and its resolved regex."""
+        names = set(member.subscribed_topic_names)
+        if member.subscribed_topic_regex:
+            names.update(self.resolved_regex.get(member.subscribed_topic_regex, ()))
+        return names
+
+    def regexes(self) -> set[str]:
+        return {m.subscribed_topic_regex for m in self.members.values() if m.subscribed_topic_regex}
+
+    def subscribed_topic_names(self) -> set[str]:
         names: set[str] = set()
         for m in self.members.values():
-            names.update(m.subscribed_topic_names)
-            if m.subscribed_topic_regex and topics is not None:
-                names.update(_regex_matches(m.subscribed_topic_regex, topics))
+            names |= self.member_topics(m)
         names.update(self.subscription_metadata)
         return names
 
@@ -125,14 +149,6 @@ class ConsumerGroup:
             if mid != member_id:
                 out |= _total(m.assigned) | _total(m.pending_revocation)
         return out
-
-
-def _regex_matches(pattern: str, topics: TopicView) -> list[str]:
-    try:
-        rx = re.compile(pattern)
-    except re.error:
-        return []
-    return [n for n in topics.names() if not n.startswith("__") and rx.fullmatch(n)]
 
 
 @dataclass(slots=True)
@@ -154,14 +170,31 @@ class ConsumerProtocolMixin:
     def _now(self) -> int: ...
 
     def _init_consumer_protocol(self) -> None:
-        self.consumer_session_timeout_ms = int(self._cfg("group.consumer.session.timeout.ms", 45000))
-        self.consumer_heartbeat_interval_ms = int(self._cfg("group.consumer.heartbeat.interval.ms", 5000))
+        # Bumped on every topic creation or deletion; a group's regexes resolved at an older
+        # version are resolved again.
+        self._topics_version = 0
+        self._topic_view: TopicView | None = None  # the broker's metadata, as the last heartbeat saw it
+        self.consumer_session_timeout_ms = self._cg_bounded("group.consumer.session.timeout.ms", 45000, 60000)
+        self.consumer_heartbeat_interval_ms = self._cg_bounded("group.consumer.heartbeat.interval.ms", 5000, 15000)
         self.consumer_max_size = int(self._cfg("group.consumer.max.size", 2**31 - 1))
         names = self._cfg("group.consumer.assignors", ["uniform", "range"])
         if isinstance(names, str):
             names = [n.strip() for n in names.split(",") if n.strip()]
         self.consumer_assignors = [n.rsplit(".", 1)[-1].lower().removesuffix("assignor") or n for n in names] \
             or ["uniform", "range"]
+
+    def _cg_bounded(self, name: str, lo: int, hi: int) -> int:
+        """A consumer-group timeout within its min/max configs (Kafka's GroupCoordinatorConfig
+        refuses to start outside them; kbroker brings the value into range and says so)."""
+        value = int(self._cfg(name, lo))
+        base = name.removeprefix("group.consumer.")
+        low = int(self._cfg(f"group.consumer.min.{base}", lo))
+        high = int(self._cfg(f"group.consumer.max.{base}", max(hi, low)))
+        bounded = min(max(value, low), max(high, low))
+        if bounded != value:
+            log.warning("%s=%d is outside [group.consumer.min.%s=%d, group.consumer.max.%s=%d]; using %d", name, value,
+                        base, low, base, high, bounded)
+        return bounded
 
     # --- timers ----------------------------------------------------------------------------------
 
@@ -201,6 +234,7 @@ class ConsumerProtocolMixin:
         self._cg_cancel_timers(member)
         group.members.pop(member.member_id, None)
         group.target.pop(member.member_id, None)
+        self._cg_forget_unused_regexes(group)
         if member.instance_id is not None and group.static_members.get(member.instance_id) == member.member_id:
             del group.static_members[member.instance_id]
         group.group_epoch += 1
@@ -209,6 +243,81 @@ class ConsumerProtocolMixin:
     def _unload_consumer_group(self, group: ConsumerGroup) -> None:
         for m in group.members.values():
             self._cg_cancel_timers(m)
+        if group.regex_task is not None:
+            group.regex_task.cancel()
+            group.regex_task = None
+
+    # --- regular expressions -----------------------------------------------------------------------
+
+    def on_topics_changed(self) -> None:
+        """A topic was created or deleted: resolve every group's regexes again (off this call)."""
+        self._topics_version += 1
+        for group in list(self.groups.values()):
+            if isinstance(group, ConsumerGroup) and group.regexes():
+                self._cg_schedule_regex_refresh(group)
+
+    def _cg_forget_unused_regexes(self, group: ConsumerGroup) -> None:
+        used = group.regexes()
+        for regex in [r for r in group.resolved_regex if r not in used]:
+            del group.resolved_regex[regex]
+
+    def _cg_regex_refresh_needed(self, group: ConsumerGroup) -> bool:
+        regexes = group.regexes()
+        return bool(regexes) and (not regexes <= group.resolved_regex.keys()
+                                  or group.regex_version < self._topics_version)
+
+    def _cg_schedule_regex_refresh(self, group: ConsumerGroup) -> None:
+        if self._topic_view is None:
+            return
+        if group.regex_task is not None:
+            group.regex_dirty = True  # the running refresh goes round once more
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop (a synchronous caller): resolve on the next heartbeat
+            return
+        group.regex_task = loop.create_task(self._cg_refresh_regexes(group), name=f"regex-{group.group_id}")
+
+    async def _cg_refresh_regexes(self, group: ConsumerGroup) -> None:
+        """Kafka's refreshRegularExpressions + handleRegularExpressionsResult, as one task per group
+        (at most one at a time; changes during a run make it run again)."""
+        try:
+            while True:
+                group.regex_dirty = False
+                view = self._topic_view
+                regexes = group.regexes()
+                if view is None or not regexes:
+                    return
+                version = self._topics_version
+                resolved = await topic_regex.resolve(regexes, list(view.names()))
+                if self.groups.get(group.group_id) is not group:
+                    return  # unloaded or deleted meanwhile
+                self._cg_apply_resolved(group, resolved, version, view)
+                if not (group.regex_dirty or self._cg_regex_refresh_needed(group)):
+                    return
+        finally:
+            group.regex_task = None
+
+    def _cg_apply_resolved(self, group: ConsumerGroup, resolved: dict[str, frozenset[str]], version: int,
+                           view: TopicView) -> None:
+        used = group.regexes()
+        bump = False
+        for regex, names in resolved.items():
+            if regex not in used:
+                continue  # no member subscribes to it any more
+            if group.resolved_regex.get(regex) != names:
+                group.resolved_regex[regex] = names
+                bump = True
+        self._cg_forget_unused_regexes(group)
+        group.regex_version = max(group.regex_version, version)
+        metadata = self._cg_subscription_metadata(group, view)
+        if metadata != group.subscription_metadata:
+            group.subscription_metadata = metadata
+            bump = True
+        if bump:
+            group.group_epoch += 1
+            log.info("consumer group %s: regular expressions resolved to %s; group epoch bumped to %d",
+                     group.group_id, {r: sorted(n) for r, n in group.resolved_regex.items()}, group.group_epoch)
 
     # --- offsets validation ----------------------------------------------------------------------
 
@@ -233,44 +342,68 @@ class ConsumerProtocolMixin:
 
     # --- heartbeat -------------------------------------------------------------------------------
 
-    def consumer_group_heartbeat(self, topics: TopicView, group_id: str, member_id: str, member_epoch: int, *,
-                                 instance_id: str | None = None, rack_id: str | None = None,
-                                 rebalance_timeout_ms: int = -1, subscribed_topic_names: list[str] | None = None,
-                                 subscribed_topic_regex: str | None = None, server_assignor: str | None = None,
-                                 owned: list[tuple[uuid.UUID, list[int]]] | None = None, client_id: str = "",
-                                 client_host: str = "", api_version: int = 1) -> HeartbeatResult:
+    def consumer_group_heartbeat(self, topics: TopicView, group_id: str, member_id: str, member_epoch: int,
+                                 **kw: Any) -> HeartbeatResult:
+        result = self._cg_heartbeat(topics, group_id, member_id, member_epoch, **kw)
+        # Every heartbeat's outcome at DEBUG: a refused heartbeat is often fatal to the client, and
+        # the request and its answer are what it takes to tell whose fault it was.
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("consumer group %s heartbeat member=%s epoch=%d names=%s regex=%r owned=%s rebalance_timeout=%s "
+                      "-> error=%d%s epoch=%d assignment=%s", group_id, member_id, member_epoch,
+                      kw.get("subscribed_topic_names"), kw.get("subscribed_topic_regex"), kw.get("owned"),
+                      kw.get("rebalance_timeout_ms"), result.error,
+                      f" ({result.message})" if result.message else "", result.member_epoch,
+                      None if result.assignment is None else {str(t): sorted(ps) for t, ps in result.assignment.items()})
+        return result
+
+    def _cg_heartbeat(self, topics: TopicView, group_id: str, member_id: str, member_epoch: int, *,
+                      instance_id: str | None = None, rack_id: str | None = None,
+                      rebalance_timeout_ms: int = -1, subscribed_topic_names: list[str] | None = None,
+                      subscribed_topic_regex: str | None = None, server_assignor: str | None = None,
+                      owned: list[tuple[uuid.UUID, list[int]]] | None = None, client_id: str = "",
+                      client_host: str = "", api_version: int = 1) -> HeartbeatResult:
         def fail(code: int, message: str | None = None) -> HeartbeatResult:
             return HeartbeatResult(error=code, message=message, member_id=member_id or None,
                                    member_epoch=member_epoch)
 
+        # Kafka's GroupMetadataManager.throwIfConsumerGroupHeartbeatRequestIsInvalid, check for
+        # check and in its order (the regex is checked where Kafka first sees it, below).
+        if api_version >= 1 or member_epoch > 0 or member_epoch == LEAVE_EPOCH:
+            if not member_id:
+                return fail(E.INVALID_REQUEST, "MemberId can't be empty.")
         if not group_id:
             return fail(E.INVALID_REQUEST, "GroupId can't be empty.")
         if instance_id == "":
             return fail(E.INVALID_REQUEST, "InstanceId can't be empty.")
         if rack_id == "":
             return fail(E.INVALID_REQUEST, "RackId can't be empty.")
-        if server_assignor is not None and server_assignor not in self.consumer_assignors:
-            return fail(E.UNSUPPORTED_ASSIGNOR, f"ServerAssignor {server_assignor} is not supported. "
-                                                f"Supported assignors: {', '.join(self.consumer_assignors)}.")
-        if subscribed_topic_regex is not None:
-            try:
-                re.compile(subscribed_topic_regex)
-            except re.error as e:
-                return fail(E.INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex {subscribed_topic_regex} is invalid: {e}")
+        if member_epoch == JOIN_EPOCH and (rebalance_timeout_ms == -1 or owned is None):
+            rebalance_timeout_ms, owned = self._cg_rejoin_fields(group_id, member_id, rebalance_timeout_ms, owned)
         if member_epoch == JOIN_EPOCH:
             if rebalance_timeout_ms == -1:
                 return fail(E.INVALID_REQUEST, "RebalanceTimeoutMs must be provided in first request.")
             if owned is None or owned:
                 return fail(E.INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining.")
+            # An empty list of names or an empty regex is accepted: the member belongs to the
+            # group without subscribing to anything.
             if subscribed_topic_names is None and subscribed_topic_regex is None:
-                return fail(E.INVALID_REQUEST, "SubscribedTopicNames or SubscribedTopicRegex must be set in first "
-                                               "request.")
-            if not member_id:
-                if api_version >= 1:
-                    return fail(E.INVALID_REQUEST, "MemberId can't be empty.")
+                return fail(E.INVALID_REQUEST, "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null "
+                                               "when (re-)joining.")
+            if not member_id:  # v0: the coordinator names the member
                 member_id = str(uuid.uuid4())
-        elif not member_id:
-            return fail(E.INVALID_REQUEST, "MemberId can't be empty.")
+        elif member_epoch == STATIC_LEAVE_EPOCH:
+            if instance_id is None:
+                return fail(E.INVALID_REQUEST, "InstanceId can't be null.")
+        elif member_epoch < STATIC_LEAVE_EPOCH:
+            return fail(E.INVALID_REQUEST, "MemberEpoch is invalid.")
+        if server_assignor is not None and server_assignor not in self.consumer_assignors:
+            return fail(E.UNSUPPORTED_ASSIGNOR, f"ServerAssignor {server_assignor} is not supported. "
+                                                f"Supported assignors: {', '.join(self.consumer_assignors)}.")
+        if subscribed_topic_regex and member_epoch >= 0:
+            reason = topic_regex.check_regex(subscribed_topic_regex)
+            if reason is not None:
+                return fail(E.INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex `{subscribed_topic_regex}` is not a "
+                                                          f"valid regular expression: {reason}.")
         err = self._coordinator_error(group_id)
         if err:
             return fail(err)
@@ -319,6 +452,7 @@ class ConsumerProtocolMixin:
                                                           f"of {self.consumer_max_size} members.")
                 member = ConsumerMember(member_id=member_id, instance_id=instance_id)
                 group.members[member_id] = member
+                group.recently_left.pop(member_id, None)
                 if instance_id is not None:
                     group.static_members[instance_id] = member_id
                 new_member = True
@@ -341,13 +475,21 @@ class ConsumerProtocolMixin:
                                                        f"({member_epoch}).")
 
         # Update the member's declared state; a subscription change bumps the group epoch.
+        self._topic_view = topics
         changed = new_member
+        topics_before = group.member_topics(member)
         if subscribed_topic_names is not None and sorted(subscribed_topic_names) != sorted(member.subscribed_topic_names):
             member.subscribed_topic_names = list(subscribed_topic_names)
             changed = True
-        if subscribed_topic_regex is not None and subscribed_topic_regex != member.subscribed_topic_regex:
+        # An empty regex means "no regex" (librdkafka sends "" with every full heartbeat).
+        if subscribed_topic_regex is not None and (subscribed_topic_regex or None) != member.subscribed_topic_regex:
             member.subscribed_topic_regex = subscribed_topic_regex or None
-            changed = True
+            self._cg_forget_unused_regexes(group)
+            # A regex the group has already resolved counts at once; a new one is resolved off
+            # this heartbeat, which therefore answers with the literal topics' partitions only.
+            changed = changed or group.member_topics(member) != topics_before
+        if self._cg_regex_refresh_needed(group):
+            self._cg_schedule_regex_refresh(group)
         if server_assignor is not None and server_assignor != member.server_assignor:
             member.server_assignor = server_assignor
             changed = True
@@ -401,16 +543,40 @@ class ConsumerProtocolMixin:
         else:
             log.info("consumer group %s member %s left", group.group_id, member.member_id)
             self._cg_remove_member(group, member)
+            self._cg_remember_left(group, member)
         return HeartbeatResult(error=E.NONE, member_id=member_id, member_epoch=epoch,
                                heartbeat_interval_ms=0)
+
+    def _cg_remember_left(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        now = self._now()
+        left = group.recently_left
+        for mid in [mid for mid, (_, until) in left.items() if until <= now]:
+            del left[mid]
+        while len(left) >= RECENTLY_LEFT_MAX:
+            del left[next(iter(left))]
+        left[member.member_id] = (member.rebalance_timeout_ms, now + self.consumer_session_timeout_ms)
+
+    def _cg_rejoin_fields(self, group_id: str, member_id: str, rebalance_timeout_ms: int,
+                          owned: list[tuple[uuid.UUID, list[int]]] | None
+                          ) -> tuple[int, list[tuple[uuid.UUID, list[int]]] | None]:
+        """Deviation from Kafka, for a librdkafka race: a consumer that unsubscribes and subscribes
+        again at once can send its rejoin (epoch 0, with its subscription) as an incremental
+        heartbeat, without RebalanceTimeoutMs and TopicPartitions. Kafka answers INVALID_REQUEST,
+        which librdkafka treats as fatal. A member that left within the session timeout is known:
+        its rebalance timeout is the one it declared before, and it owns nothing (it left)."""
+        group = self.groups.get(group_id)
+        known = group.recently_left.get(member_id) if isinstance(group, ConsumerGroup) else None
+        if known is None or known[1] <= self._now():
+            return rebalance_timeout_ms, owned
+        log.debug("consumer group %s member %s rejoins right after leaving with an incremental heartbeat; "
+                  "taking its previous rebalance timeout", group_id, member_id)
+        return (known[0] if rebalance_timeout_ms == -1 else rebalance_timeout_ms), ([] if owned is None else owned)
 
     def _cg_subscription_metadata(self, group: ConsumerGroup, topics: TopicView) -> dict[str, tuple[uuid.UUID, int]]:
         out = {}
         names: set[str] = set()
         for m in group.members.values():
-            names.update(m.subscribed_topic_names)
-            if m.subscribed_topic_regex:
-                names.update(_regex_matches(m.subscribed_topic_regex, topics))
+            names |= group.member_topics(m)
         for name in sorted(names):
             info = topics.get(name)
             if info is not None:
@@ -426,9 +592,7 @@ class ConsumerProtocolMixin:
             group.assignor_name = self.consumer_assignors[0]
         specs = []
         for m in group.members.values():
-            names = set(m.subscribed_topic_names)
-            if m.subscribed_topic_regex:
-                names.update(_regex_matches(m.subscribed_topic_regex, topics))
+            names = group.member_topics(m)
             subscribed = {group.subscription_metadata[n][0] for n in names if n in group.subscription_metadata}
             specs.append(assignors.MemberSpec(m.member_id, subscribed, group.target.get(m.member_id, {})))
         partitions = {tid: n for tid, n in group.subscription_metadata.values()}

@@ -20,7 +20,8 @@ from tests.integration.test_groups_clients import assert_exact_cover, covered, p
 
 PARTITIONS = 6
 OVERRIDES = {"offsets.topic.num.partitions": "3", "group.consumer.heartbeat.interval.ms": "500",
-             "group.consumer.session.timeout.ms": "10000"}
+             "group.consumer.min.heartbeat.interval.ms": "500", "group.consumer.session.timeout.ms": "10000",
+             "group.consumer.min.session.timeout.ms": "6000"}
 
 
 class Member:
