@@ -19,10 +19,12 @@ not closed). Connections with nothing in flight and no bytes in or out for
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import itertools
 import logging
 import os
 import struct
+import termios
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -94,6 +96,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._can_write.set()
         self._max_frame = self.broker.config.socket_request_max_bytes
         self.last_activity = time.monotonic()
+        self._fd = -1  # the socket's descriptor, to ask the kernel how many bytes have arrived
 
     # --- transport callbacks ----------------------------------------------------------------
 
@@ -103,6 +106,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if peer:
             self.peer = (peer[0], peer[1])
         self.server.connections.add(self)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            self._fd = sock.fileno()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -187,7 +193,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         size = _SIZE.unpack_from(stash, 0)[0]
         have = len(stash) - 4
         self._reserve(size)
-        self._partial = bytearray(min(size, max(_MIN_PARTIAL, _GROWTH * have)))
+        self._partial = bytearray(min(size, max(_MIN_PARTIAL, _GROWTH * have, have + self._arrived())))
         self._partial[:have] = memoryview(stash)[4:]
         self._partial_len = have
         self._need = size
@@ -204,8 +210,19 @@ class KafkaConnection(asyncio.BufferedProtocol):
         assert self._partial is not None
         old = self._partial
         # A new buffer rather than a resize: the previous read's memoryview may still be exported.
-        self._partial = bytearray(min(self._need, _GROWTH * len(old)))
+        self._partial = bytearray(min(self._need, max(_GROWTH * len(old), self._partial_len + self._arrived())))
         self._partial[: len(old)] = old
+
+    def _arrived(self) -> int:
+        """Bytes already in the kernel's receive buffer (FIONREAD): they have arrived, so a buffer sized
+        to hold them costs no more than what the client really sent, and a fast sender's frame is read
+        into one buffer with no growth copies (a 1 MB produce frame otherwise grows 3 times)."""
+        if self._fd < 0:
+            return 0
+        try:
+            return int.from_bytes(fcntl.ioctl(self._fd, termios.FIONREAD, b"\0\0\0\0"), "little")
+        except OSError:
+            return 0
 
     def _reserve(self, n: int) -> None:
         self._held += n
