@@ -72,7 +72,7 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
                 outcome_code, base, lat, lso, msg = (ErrorCode.INVALID_TOPIC_EXCEPTION, -1, -1, -1,
                                                      f"Cannot append to internal topic {name}")
             else:
-                part, missing = rm.get_leader(name, pd.index)
+                part = rm.get(name, pd.index)
                 if part is None:
                     outcome_code, base, lat, lso, msg = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1,
                                                          "This server does not host this topic-partition.")

@@ -83,7 +83,6 @@ async def handle_create_topics(ctx: RequestContext, request) -> CreateTopicsResp
     except KafkaError as e:
         return _failed_request(v, request, e)
     results = []
-    by_name = {t.name: t for t in request.topics}
     planned: list[tuple[CreatableTopicResult, str, int, dict[str, str | None]]] = []
     seen: set[str] = set()
     for t in request.topics:
@@ -130,10 +129,7 @@ async def handle_create_topics(ctx: RequestContext, request) -> CreateTopicsResp
                     broker.check_partition_limit(validated + n)
                     validated += n
             else:
-                t = by_name[name]  # cluster mode places replicas (a single node ignores both)
-                info = await broker.create_topic(name, n, configs, replication_factor=t.replication_factor,
-                                                 assignment={a.partition_index: list(a.broker_ids)
-                                                             for a in t.assignments or ()} or None)
+                info = await broker.create_topic(name, n, configs)
                 res.topic_id = info.topic_id
             res.num_partitions = n
             res.replication_factor = 1
