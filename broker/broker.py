@@ -58,6 +58,7 @@ class Broker:
         self._uncleanable: set[str] = set()
         self.bound: list[tuple[str, int]] = []
         self._reserved = 0  # partitions of creations between their limit check and metadata write
+        self.cluster: Any = None  # cluster.node.ClusterNode in cluster mode
 
     # --- configuration helpers ---------------------------------------------------------------
 
@@ -83,8 +84,12 @@ class Broker:
         # Before anything in the dirs is read or written; held until the process exits.
         self._dir_locks = lock_dirs(self.log_dirs)
         advertised = self.config.advertised_listeners[0]
-        self.metadata = LocalMetadataStore(self.log_dirs[0], BrokerInfo(self.node_id, advertised.host, advertised.port),
-                                           cluster_id=self.config.get("cluster.id") or None)
+        if self.config.get("kbroker.etcd.endpoints"):
+            self.metadata = await self._join_cluster(advertised)
+        else:
+            self.metadata = LocalMetadataStore(self.log_dirs[0], BrokerInfo(self.node_id, advertised.host,
+                                                                            advertised.port),
+                                               cluster_id=self.config.get("cluster.id") or None)
         self._write_meta_properties()
         for name, value in self.metadata.broker_dynamic_configs().items():
             default = name.startswith("cluster-default:")
@@ -113,6 +118,8 @@ class Broker:
         self.metadata.add_listener(self._on_metadata_event)
         self._init_producer_ids()
         self.partition_access = LocalPartitionAccess(self)
+        if self.cluster is not None:
+            await self.producer_ids.ready()
         self.txn_coordinator = TransactionCoordinator(self.partition_access, self.config, self.producer_ids)
         await self.txn_coordinator.start()
         self.group_coordinator = _make_group_coordinator(self.partition_access, self.config, self.node_id)
@@ -127,11 +134,43 @@ class Broker:
                  ", ".join(map(str, self.log_dirs)))
 
     def _producer_state_factory(self) -> Callable[[Path], ProducerStateManager]:
+    async def _join_cluster(self, advertised: Any) -> MetadataStore:
+        """Cluster mode (kbroker.etcd.endpoints set; cluster/node.py): etcd session, cluster id
+        checked against meta.properties, registration (a live duplicate node.id refuses the
+        start), controller election. Imported here so single-node mode never loads aetcd."""
+        from cluster.node import ClusterNode, ClusterStartError
+        from cluster.records import Endpoint
+
+        cfg = self.config
+        if not (cfg.is_set("node.id") or int(cfg.get("broker.id")) >= 0):
+            raise OSError("cluster mode (kbroker.etcd.endpoints) needs an explicit node.id, unique in the cluster")
+        if advertised.port == 0:
+            raise OSError("cluster mode needs a fixed listener port (other brokers and clients must reach it)")
+        settings = {name: cfg.get(name) for name in (
+            "kbroker.etcd.endpoints", "kbroker.etcd.username", "kbroker.etcd.password",
+            "broker.session.timeout.ms", "broker.heartbeat.interval.ms")}
+        try:
+            self.cluster = await ClusterNode.start(
+                settings, node_id=self.node_id, endpoints=[Endpoint(advertised.name, advertised.host, advertised.port)],
+                rack=cfg.get("broker.rack") or None, log_dirs=self.log_dirs,
+                default_replication_factor=lambda: int(cfg.get("default.replication.factor")))
+        except ClusterStartError as e:
+            raise OSError(str(e)) from None
+        return self.cluster.store
+
         expiration = int(self.config.get("producer.id.expiration.ms"))
         return lambda d: ProducerStateManager(d, producer_id_expiration_ms=expiration)
 
     def _init_producer_ids(self) -> None:
-        self.producer_ids = ProducerIdManager(self.log_dirs[0] / "kbroker-producer-id-block")
+        source = None
+        if self.cluster is not None:  # blocks from etcd: unique across the brokers of the cluster
+            allocator, node = self.cluster.producer_ids, self.node_id
+
+            async def source() -> tuple[int, int]:
+                block = await allocator.allocate(node)
+                return block.first, block.last
+
+        self.producer_ids = ProducerIdManager(self.log_dirs[0] / "kbroker-producer-id-block", block_source=source)
         self.producer_ids.prefetch()  # the first block is durable before the first InitProducerId, off the loop
 
     def _write_meta_properties(self) -> None:
@@ -158,6 +197,8 @@ class Broker:
         elif event == "configs":
             self.replica_manager.update_configs(info.name, info.configs)
         if event in ("created", "deleted") and getattr(self, "group_coordinator", None) is not None:
+        elif event == "leaders":
+            self.replica_manager.update_leadership(info.name)
             self.group_coordinator.on_topics_changed()  # KIP-848 regex subscriptions are resolved again
 
     def verify_txn_partition(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
@@ -170,13 +211,17 @@ class Broker:
         return self.txn_coordinator.verify_partition(transactional_id, producer_id, producer_epoch, topic, partition)
 
     async def create_topic(self, name: str, num_partitions: int, configs: dict[str, str],
-                           *, internal: bool = False) -> TopicInfo:
+                           *, internal: bool = False, replication_factor: int = -1,
+                           assignment: dict[int, list[int]] | None = None) -> TopicInfo:
         """Register the topic, then wait until its partitions exist here. The registration is
         one atomic metadata write: if the broker stops before the logs are all created, the
-        topic is registered and the next start creates the missing ones."""
+        topic is registered and the next start creates the missing ones. Replication factor
+        and assignment matter in cluster mode only (a single node holds every partition)."""
         internal = internal or name in INTERNAL_TOPICS
         with self._reserve_partitions(0 if internal else num_partitions):
-            info = await self.metadata.create_topic(name, num_partitions, configs, internal=internal)
+        placement = ({"replication_factor": replication_factor, "assignment": assignment}
+                     if self.cluster is not None else {})
+            info = await self.metadata.create_topic(name, num_partitions, configs, internal=internal, **placement)
         await self.replica_manager.wait_created(info.name)
         return info
 
@@ -315,6 +360,8 @@ class Broker:
         await self.replica_manager.wait_flushes()
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
         log.info("shut down cleanly")
+        if self.cluster is not None:
+            await self.cluster.stop()  # last: deregistering hands this broker's leaderships over
 
 
 def _make_group_coordinator(access: LocalPartitionAccess, config: BrokerConfig, node_id: int) -> Any:

@@ -176,6 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
         ("console-consumer", "cli.console_consumer", "print the records of a topic"),
         ("get-offsets", "cli.get_offsets", "partition offsets for --time -1|-2|-3|TIMESTAMP"),
         ("perf", "cli.perf", "load tests: produce | consume"),
+        ("users", "cli.users", "SCRAM credentials: list | add | delete | bootstrap (before first start)"),
+        ("cluster", "cli.cluster", "local cluster (etcd + N brokers): up | status | down --dir DIR"),
     ):
         p = sub.add_parser(name, help=text, add_help=False)
         p.add_argument("rest", nargs=argparse.REMAINDER)
@@ -185,7 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 _DELEGATED = {"groups": "cli.groups", "transactions": "cli.transactions", "features": "cli.features",
               "topics": "cli.topics", "configs": "cli.configs", "console-producer": "cli.console_producer",
-              "console-consumer": "cli.console_consumer", "get-offsets": "cli.get_offsets", "perf": "cli.perf"}
+              "console-consumer": "cli.console_consumer", "get-offsets": "cli.get_offsets", "perf": "cli.perf",
+              "users": "cli.users", "cluster": "cli.cluster"}
 
 
 def main(argv: list[str] | None = None) -> int:

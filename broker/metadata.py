@@ -126,6 +126,14 @@ class MetadataStore(ABC):
 
     @abstractmethod
     async def create_topic(self, name: str, num_partitions: int, configs: dict[str, str],
+    def offline_replicas(self, topic: str, partition: int) -> list[int]:
+        """Replicas on brokers that are not live (always none on a single node)."""
+        return []
+
+    def fenced(self) -> bool:
+        """True while this broker must not act as a leader (cluster mode, see cluster/etcd_store.py)."""
+        return False
+
                            *, internal: bool = False) -> TopicInfo: ...
 
     @abstractmethod

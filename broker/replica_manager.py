@@ -61,7 +61,7 @@ class AppendOutcome:
 
 
 class Partition:
-    """One partition led by this broker."""
+    """One partition this broker holds a replica of (a single node: leads)."""
 
     __slots__ = ("topic", "index", "log", "leader_epoch", "_waiters", "producer_state", "max_message_bytes",
                  "_flush_task", "_flush_waiters", "_flush_up_to")
@@ -171,11 +171,57 @@ class ReplicaManager:
 
     # --- lifecycle -------------------------------------------------------------------------
 
+    def is_local(self, topic: str, partition: int) -> bool:
+        """This broker holds a replica of the partition (a single node holds every partition)."""
+        return self.broker.node_id in self.broker.metadata.replicas(topic, partition)
+
+    def get_leader(self, topic: str, partition: int) -> tuple[Partition | None, ErrorCode]:
+        """The partition if this broker may serve it as leader now, else the error to answer:
+        UNKNOWN_TOPIC_OR_PARTITION for a partition the cluster does not have, NOT_LEADER_OR_FOLLOWER
+        when another broker leads it, it has no leader, or this broker is fenced (cluster mode:
+        its etcd session passed the local deadline, so another leader may already be elected)."""
+        md = self.broker.metadata
+        part = self.partitions.get((topic, partition))
+        if part is None:
+            info = md.get_topic(topic)
+            if info is None or not 0 <= partition < info.num_partitions:
+                return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            return None, ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if md.leader(topic, partition) != self.broker.node_id or md.fenced():
+            return None, ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return part, ErrorCode.NONE
+
+    def min_isr_error(self, part: Partition) -> ErrorCode:
+        """Cluster mode, acks=all: NOT_ENOUGH_REPLICAS while the ISR is smaller than the topic's
+        min.insync.replicas (Kafka's Partition.appendRecordsToLeader). A single node keeps
+        accepting, as before cluster mode existed."""
+        if self.broker.cluster is None:
+            return ErrorCode.NONE
+        md = self.broker.metadata
+        info = md.get_topic(part.topic)
+        min_isr = int(self.broker.topic_properties(info.configs if info else {}).get("min.insync.replicas", 1))
+        return ErrorCode.NOT_ENOUGH_REPLICAS if len(md.isr(part.topic, part.index)) < min_isr else ErrorCode.NONE
+
+    def update_leadership(self, topic: str) -> None:
+        """Cluster mode: a leader, leader epoch or ISR of the topic changed in metadata. A local
+        replica takes the new leader epoch; one that became leader starts that epoch at its log
+        end. Fetches waiting on any of them wake up to answer with the new state."""
+        md = self.broker.metadata
+        for (t, p), part in self.partitions.items():
+            if t != topic:
+                continue
+            epoch = md.leader_epoch(t, p)
+            if epoch != part.leader_epoch:
+                part.leader_epoch = epoch
+                if md.leader(t, p) == self.broker.node_id:
+                    part.log.assign_leader_epoch(epoch, part.log.log_end_offset)
+            part.wake_waiters()
+
     def ensure_topic(self, topic: str, num_partitions: int, configs: dict[str, str]) -> None:
         log_config = self.broker.log_config_for(configs)
         max_bytes = self.broker.max_message_bytes_for(configs)
         for p in range(num_partitions):
-            if (topic, p) not in self.partitions:
+            if (topic, p) not in self.partitions and self.is_local(topic, p):
                 lg = self.broker.log_manager.get_or_create_log(topic, p, log_config)
                 epoch = self.broker.metadata.leader_epoch(topic, p)
                 lg.assign_leader_epoch(epoch, lg.log_end_offset)
@@ -237,7 +283,7 @@ class ReplicaManager:
                 return
             chunk: list[int] = []
             while next_p < info.num_partitions and len(chunk) < CREATE_STEP:
-                if (topic, next_p) not in self.partitions:
+                if (topic, next_p) not in self.partitions and self.is_local(topic, next_p):
                     chunk.append(next_p)
                 next_p += 1
             if not chunk:

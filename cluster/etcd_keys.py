@@ -9,6 +9,8 @@ Everything lives under ``/kbroker/``::
                                             PartitionState JSON: leader, leader_epoch, isr, partition_epoch
     /kbroker/<cluster id>/controller        the elected controller's node id, bound to its lease
     /kbroker/<cluster id>/producer_ids      the last producer-id block handed out
+    /kbroker/<cluster id>/broker_configs    dynamic broker configs (AlterConfigs), one JSON object
+    /kbroker/<cluster id>/features          finalized feature levels and their epoch
 
 Topic names cannot hold ``/`` (Kafka allows only ``[a-zA-Z0-9._-]``), so a topic's partitions prefix
 ``partitions/<topic>/`` never matches another topic. Values are defined in ``cluster.records``.
@@ -86,6 +88,14 @@ class KeyLayout:
     @property
     def producer_ids(self) -> bytes:
         return self._k("producer_ids")
+
+    @property
+    def broker_configs(self) -> bytes:
+        return self._k("broker_configs")
+
+    @property
+    def features(self) -> bytes:
+        return self._k("features")
 
 
 async def get_or_create_cluster_id(client: aetcd.Client, root: str = ROOT, candidate: str | None = None) -> str:

@@ -12,6 +12,11 @@ outruns the prefetch reserves a block synchronously on the loop. The file always
 highest block end reserved so far (writes are serialised and never lower it), so an unused
 prefetched block or a skipped one can only cost ids, never hand one out twice.
 
+Cluster mode passes ``block_source``: an async function that reserves the next block in etcd
+(cluster/producer_ids.py, unique across brokers). Blocks then come only from it, fetched ahead the
+same way; an id asked for while no block has arrived yet is answered COORDINATOR_LOAD_IN_PROGRESS
+(retriable), as Kafka's RPCProducerIdManager does while its block request is in flight.
+
 File format (JSON, like Kafka's old ``/latest_producer_id_block`` znode):
 ``{"version": 1, "block_start": <first id>, "block_end": <last id, inclusive>}``.
 """
@@ -22,8 +27,10 @@ import asyncio
 import json
 import logging
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from protocol.errors import ErrorCode, KafkaError
 from storage.checkpoints import atomic_write_bytes
 
 log = logging.getLogger(__name__)
@@ -35,7 +42,9 @@ MAX_PRODUCER_ID = (1 << 63) - 1
 class ProducerIdManager:
     PREFETCH_AT_PERCENT = 90  # share of the block used when the next one is reserved ahead
 
-    def __init__(self, state_file: Path, block_size: int = 1000) -> None:
+    def __init__(self, state_file: Path, block_size: int = 1000,
+                 block_source: Callable[[], Awaitable[tuple[int, int]]] | None = None) -> None:
+        self.block_source = block_source
         if block_size <= 0:
             raise ValueError("block_size must be positive")
         self.state_file = Path(state_file)
@@ -86,6 +95,9 @@ class ProducerIdManager:
         if self._prefetched is not None:
             start, end = self._prefetched
             self._prefetched = None
+        elif self.block_source is not None:
+            self.prefetch()
+            raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "waiting for a producer-id block from etcd")
         else:
             start, end = self._claim_block()
             self._persist(start, end)  # durable before any id of the block escapes
@@ -112,6 +124,9 @@ class ProducerIdManager:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
+        if self.block_source is not None:
+            self._prefetch_from_source(loop)
+            return
         try:
             start, end = self._claim_block()
         except RuntimeError:
@@ -129,6 +144,25 @@ class ProducerIdManager:
             self._prefetched = (start, end)
 
         fut.add_done_callback(done)
+
+    def _prefetch_from_source(self, loop: asyncio.AbstractEventLoop) -> None:
+        assert self.block_source is not None
+        fut = asyncio.ensure_future(self.block_source(), loop=loop)
+        self._prefetching = fut
+
+        def done(f: asyncio.Future[tuple[int, int]]) -> None:
+            self._prefetching = None
+            if f.cancelled() or f.exception() is not None:
+                log.warning("taking a producer-id block failed: %s", "cancelled" if f.cancelled() else f.exception())
+                return
+            self._prefetched = f.result()
+
+        fut.add_done_callback(done)
+
+    async def ready(self) -> None:
+        """Wait for the prefetch in flight (cluster mode: the first block from etcd) to end."""
+        if self._prefetching is not None:
+            await asyncio.wait([self._prefetching])
 
     @property
     def current_block(self) -> tuple[int, int] | None:

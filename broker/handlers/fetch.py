@@ -71,11 +71,11 @@ def _resolve(ctx: RequestContext, request) -> list[_Item]:
             name = t.topic
             missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         for p in t.partitions:
-            part = rm.get(name, p.partition) if name is not None else None
+            part, code = rm.get_leader(name, p.partition) if name is not None else (None, missing)
             item = _Item(name, getattr(t, "topic_id", None), p.partition, p.fetch_offset, p.partition_max_bytes,
                          p.current_leader_epoch, part)
             if part is None:
-                item.error = missing if name is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                item.error = missing if name is None else code
             elif p.current_leader_epoch >= 0 and p.current_leader_epoch != part.leader_epoch:
                 item.error = (ErrorCode.FENCED_LEADER_EPOCH if p.current_leader_epoch < part.leader_epoch
                               else ErrorCode.UNKNOWN_LEADER_EPOCH)

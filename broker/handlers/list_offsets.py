@@ -114,10 +114,10 @@ async def handle_list_offsets(ctx: RequestContext, request) -> ListOffsetsRespon
     for t in request.topics:
         parts = []
         for p in t.partitions:
-            part = rm.get(t.name, p.partition_index)
+            part, missing = rm.get_leader(t.name, p.partition_index)
             code, off, ts, epoch = ErrorCode.NONE, -1, -1, -1
             if part is None:
-                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                code = missing
             elif v >= 4 and p.current_leader_epoch >= 0 and p.current_leader_epoch != part.leader_epoch:
                 code = (ErrorCode.FENCED_LEADER_EPOCH if p.current_leader_epoch < part.leader_epoch
                         else ErrorCode.UNKNOWN_LEADER_EPOCH)

@@ -35,9 +35,12 @@ def topic_metadata(ctx: RequestContext, info: TopicInfo, version: int) -> Topic:
     parts = []
     for p in range(info.num_partitions):
         replicas = md.replicas(info.name, p)
-        parts.append(PartitionMeta(version=version, error_code=0, partition_index=p, leader_id=md.leader(info.name, p),
+        leader = md.leader(info.name, p)
+        # Cluster mode: a partition without a live leader is LEADER_NOT_AVAILABLE, as Kafka answers.
+        parts.append(PartitionMeta(version=version, error_code=ErrorCode.LEADER_NOT_AVAILABLE if leader < 0 else 0,
+                                   partition_index=p, leader_id=leader,
                                    leader_epoch=md.leader_epoch(info.name, p), replica_nodes=replicas,
-                                   isr_nodes=md.isr(info.name, p), offline_replicas=[]))
+                                   isr_nodes=md.isr(info.name, p), offline_replicas=md.offline_replicas(info.name, p)))
     return Topic(version=version, error_code=0, name=info.name, topic_id=info.topic_id, is_internal=info.internal,
                  partitions=parts, authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
 

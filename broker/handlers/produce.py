@@ -72,12 +72,17 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
                 outcome_code, base, lat, lso, msg = (ErrorCode.INVALID_TOPIC_EXCEPTION, -1, -1, -1,
                                                      f"Cannot append to internal topic {name}")
             else:
-                part = rm.get(name, pd.index)
+                part, missing = rm.get_leader(name, pd.index)
                 if part is None:
-                    outcome_code, base, lat, lso, msg = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1,
-                                                         "This server does not host this topic-partition.")
+                    outcome_code, base, lat, lso, msg = (missing, -1, -1, -1,
+                                                         "This server does not host this topic-partition."
+                                                         if missing == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION else
+                                                         "This server is not the leader for that topic-partition.")
                 elif pd.records is None:
                     outcome_code, base, lat, lso, msg = ErrorCode.INVALID_RECORD, -1, -1, -1, "null records"
+                elif acks == -1 and (short := rm.min_isr_error(part)):
+                    outcome_code, base, lat, lso, msg = (short, -1, -1, -1, "The size of the current ISR is "
+                                                         "insufficient to satisfy the min.isr requirement")
                 elif (name, pd.index) in txn_errors:
                     outcome_code, base, lat, lso, msg = (txn_errors[(name, pd.index)], -1, -1, -1,
                                                          "Partition could not be added to the transaction")

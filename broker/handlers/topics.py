@@ -83,6 +83,7 @@ async def handle_create_topics(ctx: RequestContext, request) -> CreateTopicsResp
     except KafkaError as e:
         return _failed_request(v, request, e)
     results = []
+    by_name = {t.name: t for t in request.topics}
     planned: list[tuple[CreatableTopicResult, str, int, dict[str, str | None]]] = []
     seen: set[str] = set()
     for t in request.topics:
@@ -129,10 +130,13 @@ async def handle_create_topics(ctx: RequestContext, request) -> CreateTopicsResp
                     broker.check_partition_limit(validated + n)
                     validated += n
             else:
-                info = await broker.create_topic(name, n, configs)
+                t = by_name[name]  # cluster mode places replicas (a single node ignores both)
+                info = await broker.create_topic(name, n, configs, replication_factor=t.replication_factor,
+                                                 assignment={a.partition_index: list(a.broker_ids)
+                                                             for a in t.assignments or ()} or None)
                 res.topic_id = info.topic_id
             res.num_partitions = n
-            res.replication_factor = 1
+            res.replication_factor = len(md.replicas(name, 0)) or 1 if not request.validate_only else 1
             if v >= 5:
                 res.configs = [
                     CreatableTopicResult.CreatableTopicConfigs(

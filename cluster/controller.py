@@ -1,0 +1,107 @@
+"""Controller duties of cluster mode: move leadership away from brokers whose registration disappeared.
+
+Only the elected controller (``ControllerElection.is_controller()``, false once its session is
+fenced) acts. It works from the store's view, which a new controller loaded from etcd alone, and
+reconciles on every change of the live brokers or of partition states, on winning the election,
+and every ``interval_s`` as a backstop. For each partition (Kafka's PartitionChangeBuilder rules,
+without unclean election):
+
+* ISR members that are not live are removed from the ISR, except the last one (as KRaft keeps it,
+  so that broker can lead again when it comes back);
+* a leader that is not live (or no leader, -1) is replaced by the first live ISR member in replica
+  order, with leader_epoch + 1; with no live ISR member the partition goes offline: leader -1,
+  leader_epoch + 1.
+
+Every change is a compare-and-swap on the partition epoch (``PartitionStateStore.update``); a lost
+swap is dropped and the next reconcile decides again from the new state, never a blind retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from .controller_election import ControllerElection
+from .etcd_session import TRANSIENT_ERRORS
+from .etcd_store import EtcdMetadataStore
+from .partition_state import PartitionStateStore
+from .records import PartitionState
+
+log = logging.getLogger("cluster.controller")
+
+
+def next_state(state: PartitionState, replicas: list[int], live: set[int]) -> PartitionState | None:
+    """The state a partition should move to with these live brokers, or None to leave it."""
+    isr = [r for r in state.isr if r in live] or list(state.isr[-1:])
+    if state.leader in live:
+        if tuple(isr) == state.isr:
+            return None
+        return PartitionState(state.leader, state.leader_epoch, tuple(isr), state.partition_epoch)
+    candidates = [r for r in replicas if r in isr and r in live]
+    if candidates:
+        return PartitionState(candidates[0], state.leader_epoch + 1, tuple(isr), state.partition_epoch)
+    if state.leader == -1:
+        return None
+    return PartitionState(-1, state.leader_epoch + 1, tuple(isr), state.partition_epoch)
+
+
+class Controller:
+    def __init__(self, store: EtcdMetadataStore, election: ControllerElection, states: PartitionStateStore, *,
+                 interval_s: float = 2.0) -> None:
+        self.store = store
+        self.election = election
+        self.states = states
+        self.interval_s = interval_s
+        self._task: asyncio.Task[None] | None = None
+        self.changes = 0  # partition states this controller changed (tests, logs)
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="controller")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            cues = [asyncio.ensure_future(self.store.cluster_changed.wait()),
+                    asyncio.ensure_future(self.election.changed.wait())]
+            try:
+                await asyncio.wait(cues, timeout=self.interval_s, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for c in cues:
+                    c.cancel()
+            self.store.cluster_changed.clear()
+            self.election.changed.clear()
+            if not self.election.is_controller():
+                continue
+            try:
+                await self.reconcile()
+            except TRANSIENT_ERRORS as e:
+                log.warning("controller: etcd unavailable (%r); retrying", e)
+            except Exception:
+                log.exception("controller reconcile failed")
+
+    async def reconcile(self) -> int:
+        """One pass over every partition; returns how many states were changed."""
+        live = set(self.store.live_brokers())
+        changed = 0
+        for (topic, p), state in self.store.partition_states().items():
+            new = next_state(state, self.store.replicas(topic, p), live)
+            if new is None:
+                continue
+            if not self.election.is_controller():
+                return changed
+            if await self.states.update(topic, p, state.partition_epoch, new):
+                changed += 1
+                log.info("controller: %s-%d leader %d -> %d (epoch %d), isr %s", topic, p, state.leader, new.leader,
+                         new.leader_epoch, list(new.isr))
+            else:
+                log.info("controller: %s-%d changed meanwhile; deciding again on the next pass", topic, p)
+        self.changes += changed
+        return changed

@@ -1,0 +1,426 @@
+"""EtcdMetadataStore: the ``MetadataStore`` of cluster mode, kept in etcd and mirrored locally by a watch.
+
+Every broker holds a local view of everything under the cluster's prefix (brokers, topics with their
+replica assignments, partition state, controller, broker dynamic configs, finalized features). It is
+loaded from one ``get_prefix`` snapshot and then kept current by a watch on the prefix that starts
+at the snapshot's revision + 1, so no change is missed. Changes reach the broker's listeners on the
+event loop ("created", "deleted", "partitions", "configs", and "leaders" when a partition's leader,
+leader epoch or ISR changed). A broken watch (etcd restart, compaction) is replaced by a fresh
+snapshot that is compared with the view, and the differences are notified the same way.
+
+Writes go to etcd only, never to the local view: a write returns once the watch brought it back,
+so the writer's own view (and its listeners: the replica manager) already has it. Topic writes are
+transactions guarded by the topic key's revision (creation: create revision 0, so two brokers
+creating the same topic cannot both win); a topic and its partition states are written together.
+Partition-state changes after creation are compare-and-swaps on the partition epoch
+(``cluster.partition_state``), done by the controller (``cluster.controller``).
+
+Placement: the broker that receives CreateTopics/CreatePartitions computes it (``cluster.placement``)
+from its view of the live brokers and writes it in one guarded transaction; Kafka forwards the
+request to the controller instead, with the same effect. Internal topics (``__consumer_offsets``,
+``__transaction_state``) are placed entirely on the broker that creates them, RF 1: their
+coordinators do not move between brokers yet (issue 15).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+from collections.abc import Callable
+
+from aetcd.utils import prefix_range_end
+
+from protocol.errors import ErrorCode, KafkaError
+
+from .etcd_keys import KeyLayout
+from .etcd_session import TRANSIENT_ERRORS, EtcdSession
+from .metadata_store import (
+    INTERNAL_TOPICS,
+    NEW_CLUSTER_FEATURES,
+    BrokerInfo,
+    MetadataStore,
+    TopicInfo,
+)
+from .placement import place_replicas
+from .records import BrokerRegistration, PartitionState, TopicRecord
+
+log = logging.getLogger("cluster.etcd_store")
+
+# etcd refuses transactions of more than --max-txn-ops operations (128 by default).
+TXN_OPS = 120
+# How long a write waits for the watch to bring it back before answering REQUEST_TIMED_OUT.
+APPLY_TIMEOUT_S = 30.0
+
+
+def _etcd_error(e: BaseException) -> KafkaError:
+    return KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"etcd did not answer: {e!r}")
+
+
+class EtcdMetadataStore(MetadataStore):
+    def __init__(self, session: EtcdSession, keys: KeyLayout, node_id: int, *,
+                 default_replication_factor: Callable[[], int] = lambda: 1) -> None:
+        super().__init__()
+        self.session = session
+        self.keys = keys
+        self.node_id = node_id
+        self.cluster_id = keys.cluster_id
+        self.controller_id = -1
+        self._default_rf = default_replication_factor
+        self._records: dict[str, TopicRecord] = {}
+        self._topic_rev: dict[str, int] = {}  # mod revision of each topic key (the guard of its changes)
+        self._topics: dict[str, TopicInfo] = {}
+        self._by_id: dict[uuid.UUID, TopicInfo] = {}
+        self._states: dict[tuple[str, int], PartitionState] = {}
+        self._brokers: dict[int, BrokerRegistration] = {}
+        self._broker_configs: dict[str, str] = {}
+        self._features: dict[str, int] = {}
+        self._features_epoch = -1
+        self._features_rev = 0
+        self.revision = 0
+        self._started = False
+        self._watch_task: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()  # replaced after every applied change (see wait_for)
+        # Set on every change of the live brokers or partition states: the controller's cue.
+        self.cluster_changed = asyncio.Event()
+
+    # --- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Finalize the new-cluster feature levels once, load the snapshot, start the watch."""
+        client = self.session.client
+        tx = client.transactions
+        doc = json.dumps({"version": 1, "levels": NEW_CLUSTER_FEATURES, "epoch": 1}).encode()
+        await client.transaction(compare=[tx.create(self.keys.features) == 0],
+                                 success=[tx.put(self.keys.features, doc)], failure=[])
+        revision = await self._resync()
+        self._started = True
+        self._watch_task = asyncio.create_task(self._watch_loop(revision), name="etcd-metadata-watch")
+
+    async def stop(self) -> None:
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            # Bounded: cancelling an aetcd watch is a request to etcd, which may not answer.
+            await asyncio.wait([self._watch_task], timeout=5)
+            self._watch_task = None
+
+    async def _resync(self) -> int:
+        """Load a snapshot of the prefix and apply its differences from the view; its revision."""
+        result = await self.session.client.get_prefix(self.keys.prefix)
+        seen = set()
+        for kv in result:
+            seen.add(kv.key)
+            self._apply(True, kv.key, kv.value, kv.mod_revision)
+        for key in self._known_keys() - seen:
+            self._apply(False, key, b"", result.header.revision)
+        self.revision = max(self.revision, result.header.revision)
+        self._wake()
+        return result.header.revision
+
+    def _known_keys(self) -> set[bytes]:
+        k = self.keys
+        keys = {k.topic(t) for t in self._records} | {k.partition(t, p) for t, p in self._states}
+        keys |= {k.broker(n) for n in self._brokers}
+        if self.controller_id >= 0:
+            keys.add(k.controller)
+        return keys
+
+    async def _watch_loop(self, revision: int) -> None:
+        while True:
+            try:
+                watch = await self.session.client.watch_prefix(self.keys.prefix, start_revision=revision + 1)
+                try:
+                    async for event in watch:
+                        self._apply(event.kind == "PUT", event.kv.key, event.kv.value, event.kv.mod_revision)
+                        revision = max(revision, event.kv.mod_revision)
+                        self.revision = max(self.revision, revision)
+                        self._wake()
+                finally:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(watch.cancel(), 2)
+                raise ConnectionError("etcd watch ended")
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("etcd metadata watch failed (%r); reloading the snapshot", e)
+                await asyncio.sleep(0.5)
+                with contextlib.suppress(*TRANSIENT_ERRORS, ConnectionError):
+                    revision = await self._resync()
+
+    def _wake(self) -> None:
+        event, self._changed = self._changed, asyncio.Event()
+        event.set()
+
+    async def wait_for(self, condition: Callable[[], bool], what: str) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + APPLY_TIMEOUT_S
+        while not condition():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"{what} was written to etcd but not seen back in time")
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), remaining)
+
+    # --- applying etcd changes to the view ------------------------------------------------
+    def _apply(self, put: bool, key: bytes, value: bytes, mod_revision: int) -> None:
+        k = self.keys
+        if not key.startswith(k.prefix):
+            return
+        try:
+            if key.startswith(k.topics_prefix):
+                name = key[len(k.topics_prefix):].decode()
+                self._apply_topic(name, TopicRecord.from_json(value) if put else None, mod_revision)
+            elif key.startswith(k.partitions_prefix):
+                topic, p = k.topic_partition_of(key)
+                if put:
+                    state = PartitionState.from_json(value)
+                    if self._states.get((topic, p)) != state:
+                        self._states[(topic, p)] = state
+                        self._changed_leaders(topic)
+                else:
+                    self._states.pop((topic, p), None)
+            elif key.startswith(k.brokers_prefix):
+                node = k.node_id_of(key)
+                if put:
+                    # The view needs no broker epoch (writers with one read it from etcd).
+                    self._brokers[node] = BrokerRegistration.from_json(value, epoch=-1)
+                else:
+                    self._brokers.pop(node, None)
+                self.cluster_changed.set()
+            elif key == k.controller:
+                self.controller_id = json.loads(value)["node_id"] if put else -1
+            elif key == k.broker_configs:
+                self._broker_configs = dict(json.loads(value)["configs"]) if put else {}
+            elif key == k.features:
+                if put:
+                    doc = json.loads(value)
+                    self._features = {n: int(v) for n, v in doc["levels"].items()}
+                    self._features_epoch = int(doc["epoch"])
+                    self._features_rev = mod_revision
+        except (ValueError, KeyError, TypeError) as e:
+            log.error("ignoring unreadable etcd value of %r: %r", key, e)
+
+    def _apply_topic(self, name: str, rec: TopicRecord | None, mod_revision: int) -> None:
+        old = self._records.get(name)
+        info = self._topics.get(name)
+        if old is not None and info is not None and (rec is None or rec.topic_id != old.topic_id):
+            del self._records[name], self._topics[name]
+            self._topic_rev.pop(name, None)
+            self._by_id.pop(info.topic_id, None)
+            for key in [key for key in self._states if key[0] == name]:
+                del self._states[key]
+            self._notify_started("deleted", info)
+            old = info = None
+        if rec is None:
+            return
+        self._records[name] = rec
+        self._topic_rev[name] = mod_revision
+        if info is None:
+            info = TopicInfo(name, rec.topic_id, len(rec.assignment), dict(rec.configs), name in INTERNAL_TOPICS)
+            self._topics[name] = info
+            self._by_id[rec.topic_id] = info
+            self._notify_started("created", info)
+            return
+        if len(rec.assignment) != info.num_partitions:
+            info.num_partitions = len(rec.assignment)
+            self._notify_started("partitions", info)
+        if rec.configs != info.configs:
+            info.configs = dict(rec.configs)
+            self._notify_started("configs", info)
+
+    def _changed_leaders(self, topic: str) -> None:
+        self.cluster_changed.set()
+        info = self._topics.get(topic)
+        if info is not None:
+            self._notify_started("leaders", info)
+
+    def _notify_started(self, event: str, info: TopicInfo) -> None:
+        if self._started:
+            try:
+                self._notify(event, info)
+            except Exception:
+                log.exception("metadata listener failed on %s of %s", event, info.name)
+
+    # --- reads -----------------------------------------------------------------------------
+    def live_brokers(self) -> dict[int, BrokerRegistration]:
+        return dict(self._brokers)
+
+    def partition_states(self) -> dict[tuple[str, int], PartitionState]:
+        return dict(self._states)
+
+    def partition_state(self, topic: str, partition: int) -> PartitionState | None:
+        return self._states.get((topic, partition))
+
+    def brokers(self) -> list[BrokerInfo]:
+        out = []
+        for node, reg in sorted(self._brokers.items()):
+            ep = reg.endpoints[0]
+            out.append(BrokerInfo(node, ep.host, ep.port, reg.rack))
+        return out
+
+    def topics(self) -> dict[str, TopicInfo]:
+        return self._topics
+
+    def get_topic(self, name: str) -> TopicInfo | None:
+        return self._topics.get(name)
+
+    def get_topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return self._by_id.get(topic_id)
+
+    def leader(self, topic: str, partition: int) -> int:
+        state = self._states.get((topic, partition))
+        return -1 if state is None else state.leader
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        state = self._states.get((topic, partition))
+        return 0 if state is None else state.leader_epoch
+
+    def replicas(self, topic: str, partition: int) -> list[int]:
+        rec = self._records.get(topic)
+        return [] if rec is None else list(rec.assignment.get(partition, []))
+
+    def isr(self, topic: str, partition: int) -> list[int]:
+        state = self._states.get((topic, partition))
+        return [] if state is None else list(state.isr)
+
+    def offline_replicas(self, topic: str, partition: int) -> list[int]:
+        return [r for r in self.replicas(topic, partition) if r not in self._brokers]
+
+    def fenced(self) -> bool:
+        return self.session.fenced()
+
+    def broker_dynamic_configs(self) -> dict[str, str]:
+        return dict(self._broker_configs)
+
+    def finalized_features(self) -> dict[str, int]:
+        return {k: v for k, v in self._features.items() if v > 0}
+
+    def features_epoch(self) -> int:
+        return self._features_epoch
+
+    # --- writes ----------------------------------------------------------------------------
+    def _check_writable(self) -> None:
+        if self.session.fenced():
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, "this broker's etcd session is fenced; try another broker")
+
+    async def _txn(self, compare: list, success: list) -> bool:
+        self._check_writable()
+        try:
+            ok, _ = await self.session.client.transaction(compare=compare, success=success, failure=[])
+        except TRANSIENT_ERRORS as e:
+            raise _etcd_error(e) from e
+        return ok
+
+    def _initial_states(self, assignment: dict[int, list[int]]) -> list[tuple[int, PartitionState]]:
+        # No replication yet (next slice of issue 14): the ISR is the leader alone, so acks=all
+        # with min.insync.replicas > 1 answers NOT_ENOUGH_REPLICAS, which is the honest answer.
+        return [(p, PartitionState(replicas[0], 0, (replicas[0],), 0)) for p, replicas in sorted(assignment.items())]
+
+    async def _write_partitions(self, topic: str, states: list[tuple[int, PartitionState]]) -> None:
+        tx = self.session.client.transactions
+        for i in range(0, len(states), TXN_OPS):
+            ops = [tx.put(self.keys.partition(topic, p), s.to_json()) for p, s in states[i:i + TXN_OPS]]
+            await self._txn([], ops)
+
+    def _placement(self, first: int, count: int, rf: int, internal: bool) -> dict[int, list[int]]:
+        if internal:
+            return {first + i: [self.node_id] for i in range(count)}
+        racks = {n: r.rack for n, r in self._brokers.items()}
+        return place_replicas(racks, count, rf, first_partition=first)
+
+    async def create_topic(self, name: str, num_partitions: int, configs: dict[str, str], *,
+                           internal: bool = False, replication_factor: int = -1,
+                           assignment: dict[int, list[int]] | None = None) -> TopicInfo:
+        if name in self._topics:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        self.check_collision(name)
+        internal = internal or name in INTERNAL_TOPICS
+        if assignment:
+            placed = {p: list(r) for p, r in assignment.items()}
+        else:
+            rf = replication_factor if replication_factor > 0 else self._default_rf()
+            placed = self._placement(0, num_partitions, rf, internal)
+        rec = TopicRecord(name, uuid.uuid4(), placed, dict(configs))
+        states = self._initial_states(placed)
+        tx = self.session.client.transactions
+        key = self.keys.topic(name)
+        first = [tx.put(key, rec.to_json())] + [tx.put(self.keys.partition(name, p), s.to_json())
+                                                 for p, s in states[:TXN_OPS]]
+        if not await self._txn([tx.create(key) == 0], first):
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        await self._write_partitions(name, states[TXN_OPS:])
+        await self.wait_for(lambda: (t := self._topics.get(name)) is not None and t.topic_id == rec.topic_id,
+                             f"topic {name}")
+        return self._topics[name]
+
+    def _existing(self, name: str) -> tuple[TopicRecord, int]:
+        rec = self._records.get(name)
+        if rec is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+        return rec, self._topic_rev[name]
+
+    async def delete_topic(self, name: str) -> TopicInfo:
+        rec, rev = self._existing(name)
+        info = self._topics[name]
+        tx = self.session.client.transactions
+        key = self.keys.topic(name)
+        prefix = self.keys.partitions_of(name)
+        if not await self._txn([tx.mod(key) == rev],
+                               [tx.delete(key), tx.delete(prefix, range_end=prefix_range_end(prefix))]):
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' changed meanwhile; retry")
+        await self.wait_for(lambda: (t := self._topics.get(name)) is None or t.topic_id != rec.topic_id,
+                             f"deletion of {name}")
+        return info
+
+    async def add_partitions(self, name: str, total: int, *, assignment: list[list[int]] | None = None) -> TopicInfo:
+        info = self.check_partition_increase(name, total)
+        rec, rev = self._existing(name)
+        current = len(rec.assignment)
+        if assignment:
+            new = {current + i: list(r) for i, r in enumerate(assignment)}
+        else:
+            rf = len(rec.assignment.get(0, [])) or 1
+            new = self._placement(current, total - current, rf, info.internal)
+        grown = TopicRecord(name, rec.topic_id, {**rec.assignment, **new}, rec.configs)
+        states = self._initial_states(new)
+        tx = self.session.client.transactions
+        key = self.keys.topic(name)
+        first = [tx.put(key, grown.to_json())] + [tx.put(self.keys.partition(name, p), s.to_json())
+                                                   for p, s in states[:TXN_OPS]]
+        if not await self._txn([tx.mod(key) == rev], first):
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"The topic '{name}' changed meanwhile; retry")
+        await self._write_partitions(name, states[TXN_OPS:])
+        await self.wait_for(lambda: (t := self._topics.get(name)) is not None and t.num_partitions >= total,
+                             f"partitions of {name}")
+        return self._topics[name]
+
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
+        rec, rev = self._existing(name)
+        changed = TopicRecord(name, rec.topic_id, rec.assignment, dict(configs))
+        tx = self.session.client.transactions
+        key = self.keys.topic(name)
+        if not await self._txn([tx.mod(key) == rev], [tx.put(key, changed.to_json())]):
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"The topic '{name}' changed meanwhile; retry")
+        await self.wait_for(lambda: (t := self._topics.get(name)) is None or t.configs == dict(configs),
+                             f"configs of {name}")
+        info = self._topics.get(name)
+        if info is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' was deleted meanwhile.")
+        return info
+
+    async def set_broker_dynamic_configs(self, configs: dict[str, str]) -> None:
+        tx = self.session.client.transactions
+        doc = json.dumps({"version": 1, "configs": dict(configs)}).encode()
+        await self._txn([], [tx.put(self.keys.broker_configs, doc)])
+        await self.wait_for(lambda: self._broker_configs == dict(configs), "broker configs")
+
+    async def set_finalized_feature(self, name: str, level: int) -> None:
+        tx = self.session.client.transactions
+        levels = {**self._features, name: level}
+        epoch = max(self._features_epoch, 0) + 1
+        doc = json.dumps({"version": 1, "levels": levels, "epoch": epoch}).encode()
+        if not await self._txn([tx.mod(self.keys.features) == self._features_rev], [tx.put(self.keys.features, doc)]):
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "feature levels changed meanwhile; retry")
+        await self.wait_for(lambda: self._features_epoch >= epoch, "feature levels")
+

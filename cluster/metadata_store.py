@@ -1,0 +1,175 @@
+"""The metadata interface every broker component uses, and its data classes (moved from broker/metadata.py).
+
+``MetadataStore`` is what handlers and coordinators use: brokers, topics (ids, partition counts,
+configs), replica assignments, partition state (leader, leader epoch, ISR), broker dynamic configs
+and finalized features. Two implementations: ``cluster.local_store.LocalMetadataStore`` (single node,
+a JSON file) and ``cluster.etcd_store.EtcdMetadataStore`` (cluster mode, etcd). This module lives in
+``cluster/`` so that the etcd store never imports ``broker/``; ``broker.metadata`` re-exports it.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from protocol.errors import ErrorCode, KafkaError
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+# Feature levels a newly created cluster starts with (see LocalMetadataStore._load).
+NEW_CLUSTER_FEATURES = {"transaction.version": 2}
+
+
+def validate_topic_name(name: str | None) -> None:
+    """Kafka's topic name rules; raises KafkaError(INVALID_TOPIC_EXCEPTION)."""
+    if not name:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                         f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters")
+    if not _LEGAL_TOPIC.match(name):
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                         f"Topic name '{name}' is illegal, it contains a character other than ASCII "
+                         "alphanumerics, '.', '_' and '-'")
+
+
+def unify_collision_chars(name: str) -> str:
+    return name.replace(".", "_")
+
+
+@dataclass(slots=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(slots=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    num_partitions: int
+    configs: dict[str, str] = field(default_factory=dict)
+    internal: bool = False
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "topic_id": str(self.topic_id), "num_partitions": self.num_partitions,
+                "configs": self.configs, "internal": self.internal}
+
+    @classmethod
+    def from_json(cls, d: dict) -> TopicInfo:
+        return cls(d["name"], uuid.UUID(d["topic_id"]), d["num_partitions"], dict(d.get("configs", {})),
+                   d.get("internal", False))
+
+
+# Listener signature: (event, topic_info) with event in {"created", "deleted", "partitions", "configs",
+# "leaders"}; "leaders" (cluster mode): the leader, leader epoch or ISR of some partition changed.
+MetadataListener = Callable[[str, TopicInfo], None]
+
+
+class MetadataStore(ABC):
+    """Everything a broker needs to know about the cluster."""
+
+    cluster_id: str
+    controller_id: int
+
+    def __init__(self) -> None:
+        self._listeners: list[MetadataListener] = []
+
+    def add_listener(self, fn: MetadataListener) -> None:
+        self._listeners.append(fn)
+
+    def _notify(self, event: str, topic: TopicInfo) -> None:
+        for fn in self._listeners:
+            fn(event, topic)
+
+    @abstractmethod
+    def brokers(self) -> list[BrokerInfo]: ...
+
+    @abstractmethod
+    def topics(self) -> dict[str, TopicInfo]: ...
+
+    def get_topic(self, name: str) -> TopicInfo | None:
+        return self.topics().get(name)
+
+    @abstractmethod
+    def get_topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None: ...
+
+    @abstractmethod
+    def leader(self, topic: str, partition: int) -> int: ...
+
+    @abstractmethod
+    def leader_epoch(self, topic: str, partition: int) -> int: ...
+
+    def replicas(self, topic: str, partition: int) -> list[int]:
+        return [self.leader(topic, partition)]
+
+    def isr(self, topic: str, partition: int) -> list[int]:
+        return self.replicas(topic, partition)
+
+    def offline_replicas(self, topic: str, partition: int) -> list[int]:
+        """Replicas on brokers that are not live (always none on a single node)."""
+        return []
+
+    def fenced(self) -> bool:
+        """True while this broker must not act as a leader (cluster mode: its etcd session passed
+        its local fencing deadline). A single node is never fenced."""
+        return False
+
+    @abstractmethod
+    async def create_topic(self, name: str, num_partitions: int, configs: dict[str, str],
+                           *, internal: bool = False) -> TopicInfo:
+        """Cluster stores also take ``replication_factor`` (-1: default.replication.factor) and
+        ``assignment`` (partition -> replicas, as CreateTopics' manual assignment)."""
+
+    @abstractmethod
+    async def delete_topic(self, name: str) -> TopicInfo: ...
+
+    @abstractmethod
+    async def add_partitions(self, name: str, total: int) -> TopicInfo:
+        """Cluster stores also take ``assignment``: the replicas of each new partition."""
+
+    @abstractmethod
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo: ...
+
+    @abstractmethod
+    def broker_dynamic_configs(self) -> dict[str, str]: ...
+
+    @abstractmethod
+    async def set_broker_dynamic_configs(self, configs: dict[str, str]) -> None: ...
+
+    # Finalized feature levels (KIP-584), e.g. ``transaction.version``: a level of 0 means "not
+    # finalized" (absent from ApiVersions), as in Kafka. The epoch grows with every change.
+    def finalized_features(self) -> dict[str, int]:
+        return {}
+
+    def features_epoch(self) -> int:
+        return -1
+
+    async def set_finalized_feature(self, name: str, level: int) -> None:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "this metadata store cannot change feature levels")
+
+    def check_collision(self, name: str) -> None:
+        unified = unify_collision_chars(name)
+        for other in self.topics():
+            if other != name and unify_collision_chars(other) == unified:
+                raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                 f"Topic '{name}' collides with existing topic: {other}")
+
+    def check_partition_increase(self, name: str, total: int) -> TopicInfo:
+        """The topic CreatePartitions would grow to ``total`` partitions, or Kafka's error."""
+        info = self.get_topic(name)
+        if info is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+        if total <= info.num_partitions:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                             f"Topic currently has {info.num_partitions} partitions, which is higher than or "
+                             f"equal to the requested {total}.")
+        return info

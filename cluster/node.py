@@ -1,0 +1,110 @@
+"""Start and stop of one broker's cluster-mode machinery: session, cluster id, registration, store, controller.
+
+``ClusterNode.start`` runs in this order, so a broker that must not run stops before it touched
+anything: open the etcd session (EtcdUnavailable when no endpoint answers); read or create the
+cluster id in etcd; check it against ``meta.properties`` in the log dirs (another cluster id there
+refuses the start: those logs belong to another cluster); load the metadata view; register under the
+session lease (a live duplicate ``node.id`` refuses the start, naming it); campaign for the controller.
+Every refusal is a ``ClusterStartError`` with a message for the operator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from .controller import Controller
+from .controller_election import ControllerElection
+from .etcd_keys import KeyLayout, get_or_create_cluster_id
+from .etcd_session import TRANSIENT_ERRORS, EtcdSession, EtcdUnavailable
+from .etcd_store import EtcdMetadataStore
+from .membership import DuplicateBrokerError, Membership
+from .partition_state import PartitionStateStore
+from .producer_ids import ProducerIdAllocator
+from .records import BrokerRegistration, Endpoint
+
+log = logging.getLogger("cluster.node")
+
+STOP_TIMEOUT_S = 10.0
+
+
+class ClusterStartError(RuntimeError):
+    """This broker must not join the cluster (message says why)."""
+
+
+def stored_cluster_id(log_dirs: Sequence[Path]) -> str | None:
+    """The cluster.id of the first log dir's meta.properties that has one."""
+    for d in log_dirs:
+        path = Path(d) / "meta.properties"
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines():
+            name, sep, value = line.partition("=")
+            if sep and name.strip() == "cluster.id" and value.strip():
+                return value.strip()
+    return None
+
+
+class ClusterNode:
+    def __init__(self, session: EtcdSession, keys: KeyLayout, store: EtcdMetadataStore, membership: Membership,
+                 election: ControllerElection, controller: Controller) -> None:
+        self.session = session
+        self.keys = keys
+        self.store = store
+        self.membership = membership
+        self.election = election
+        self.controller = controller
+        self.producer_ids = ProducerIdAllocator(session, keys)
+
+    @classmethod
+    async def start(cls, settings: Mapping[str, object], *, node_id: int, endpoints: Sequence[Endpoint],
+                    rack: str | None, log_dirs: Sequence[Path],
+                    default_replication_factor: Callable[[], int] = lambda: 1) -> ClusterNode:
+        try:
+            session = await EtcdSession.from_config(settings).open()
+        except (EtcdUnavailable, *TRANSIENT_ERRORS) as e:
+            raise ClusterStartError(f"cannot reach etcd at {settings.get('kbroker.etcd.endpoints')}: {e}") from e
+        try:
+            cluster_id = await get_or_create_cluster_id(session.client)
+            stored = stored_cluster_id(log_dirs)
+            if stored is not None and stored != cluster_id:
+                raise ClusterStartError(
+                    f"the log dirs belong to cluster {stored} (meta.properties), but etcd holds cluster {cluster_id}; "
+                    "refusing to start (use empty log dirs to join this cluster)")
+            keys = KeyLayout(cluster_id)
+            store = EtcdMetadataStore(session, keys, node_id, default_replication_factor=default_replication_factor)
+            await store.start()
+            log.info("cluster %s: metadata loaded at etcd revision %d (%d topics, %d live brokers)", cluster_id,
+                     store.revision, len(store.topics()), len(store.live_brokers()))
+            membership = Membership(session, keys)
+            try:
+                await membership.register(BrokerRegistration(node_id, tuple(endpoints), rack))
+            except DuplicateBrokerError as e:
+                log.error("refusing to start: %s", e)
+                await store.stop()
+                raise ClusterStartError(f"refusing to start: {e}") from e
+            await store.wait_for(lambda: node_id in store.live_brokers(), "this broker's registration")
+            election = ControllerElection(session, keys, node_id)
+            controller = Controller(store, election, PartitionStateStore(session, keys))
+            election.start()
+            controller.start()
+        except BaseException:
+            # Bounded: a refusal must end the process even when etcd stops answering meanwhile.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(session.close(), STOP_TIMEOUT_S)
+            raise
+        log.info("node %d joined cluster %s (broker epoch %d) via %s", node_id, cluster_id,
+                 membership.registration.epoch if membership.registration else -1, session.endpoint)
+        return cls(session, keys, store, membership, election, controller)
+
+    async def stop(self) -> None:
+        """Controlled stop: resign, deregister (the controller moves leadership now), close the session."""
+        await self.controller.stop()
+        await self.election.stop(resign=True)
+        await self.store.stop()
+        with contextlib.suppress(*TRANSIENT_ERRORS):
+            await self.membership.deregister()
+        await self.session.close()
