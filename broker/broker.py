@@ -79,6 +79,7 @@ class Broker:
         if refused := unimplemented_listeners(self.config.listeners, self.config.security_protocol_map):
             raise OSError("; ".join(f"listener {li} has security protocol {proto}, which kbroker does not implement"
                                     for li, proto in refused) + " (only PLAINTEXT is served); refusing to start")
+        self.server.check_listeners()  # TLS / SASL settings usable: refuse before touching the dirs
         for d in self.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
         # Before anything in the dirs is read or written; held until the process exits.

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from protocol.errors import ErrorCode, KafkaError
+from security import scram_credentials as scram
 from storage.checkpoints import atomic_write_bytes
 
 log = logging.getLogger("broker.metadata")
@@ -162,6 +163,15 @@ class MetadataStore(ABC):
     async def set_finalized_feature(self, name: str, level: int) -> None:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "this metadata store cannot change feature levels")
 
+    # SCRAM credentials (user -> mechanism -> salted/hashed credential), so that every broker of a
+    # cluster authenticates against the same ones.
+    def scram_credentials(self) -> scram.Credentials:
+        return {}
+
+    async def alter_scram_credentials(self, deletions: list[tuple[str, str]],
+                                      upserts: list[tuple[str, str, scram.ScramCredential]]) -> None:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "this metadata store cannot store SCRAM credentials")
+
     def check_collision(self, name: str) -> None:
         unified = unify_collision_chars(name)
         for other in self.topics():
@@ -204,6 +214,10 @@ class LocalMetadataStore(MetadataStore):
         self._changes: set[asyncio.Task] = set()
         self.cluster_id = cluster_id or ""
         self._load()
+        # Kept in a file of their own (security/scram_credentials.py's format), which
+        # `kbroker users bootstrap` can write before the broker first starts.
+        self._scram_path = data_dir / scram.FILE_NAME
+        self._scram = scram.decode(self._scram_path.read_bytes()) if self._scram_path.exists() else {}
 
     def _load(self) -> None:
         if self.path.exists():
@@ -389,6 +403,27 @@ class LocalMetadataStore(MetadataStore):
             epoch = max(self._features_epoch, 0) + 1
             await self._persist(self._topics.values(), self._broker_configs, (levels, epoch))
             self._features, self._features_epoch = levels, epoch
+
+        await self._serialised(change)
+
+    def scram_credentials(self) -> scram.Credentials:
+        return self._scram
+
+    async def alter_scram_credentials(self, deletions: list[tuple[str, str]],
+                                      upserts: list[tuple[str, str, scram.ScramCredential]]) -> None:
+        async def change() -> None:
+            creds = scram.applied(self._scram, deletions, upserts)
+            write = asyncio.get_running_loop().run_in_executor(
+                None, functools.partial(atomic_write_bytes, self._scram_path, scram.encode(creds)))
+            try:
+                await asyncio.shield(write)
+            except asyncio.CancelledError:
+                await asyncio.wait([write])  # never two writes of the same .tmp file
+                raise
+            except OSError as e:
+                log.error("cannot write %s: %s", self._scram_path, e)
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot write SCRAM credentials: {e}") from e
+            self._scram = creds
 
         await self._serialised(change)
 

@@ -14,6 +14,11 @@ rather than being sized from the 4-byte prefix; frames count against ``queued.ma
 from admission until handled, and while that bound is reached connections stop reading (they are
 not closed). Connections with nothing in flight and no bytes in or out for
 ``connections.max.idle.ms`` are closed, as Kafka's idle expiry does.
+
+Security (design.md 6b): SSL and SASL_SSL listeners speak TLS only (the socket is wrapped before
+any byte is read, so a plaintext client gets no Kafka response); with a client certificate the
+principal is its mapped subject. On SASL listeners a connection is authenticated by
+broker/handlers/sasl.py's ``SaslSession`` before any other request is served.
 """
 
 from __future__ import annotations
@@ -31,8 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.metadata import ApiVersionsResponse
 
+from broker import listener_security
 from broker.handlers import HANDLERS, RawResponse, RequestContext
+from broker.handlers.sasl import ANONYMOUS, SaslSession
 from broker.memory_pool import MemoryPool
+from broker.metrics.stats import RequestStats
 from protocol.api_table import get_spec
 from protocol.errors import ErrorCode
 from protocol.headers import (
@@ -72,8 +80,15 @@ class CloseConnection(Exception):
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
-    def __init__(self, server: KafkaServer) -> None:
+    def __init__(self, server: KafkaServer, security: listener_security.ListenerSecurity | None = None) -> None:
         self.server = server
+        self.security = security
+        self.principal = ANONYMOUS
+        self.sasl: SaslSession | None = None
+        if security is not None and security.sasl is not None:
+            metadata = self.broker_metadata
+            self.sasl = SaslSession(security.sasl, lambda u, m: metadata().scram_credentials().get(u, {}).get(m))
+        self._close_after: str | None = None  # set when the response being sent is the last one
         self.broker = server.broker
         self.pool = server.pool
         self.id = next(_conn_ids)
@@ -109,6 +124,22 @@ class KafkaConnection(asyncio.BufferedProtocol):
         sock = transport.get_extra_info("socket")
         if sock is not None:
             self._fd = sock.fileno()
+        if self.security is not None and self.security.ssl_context is not None:
+            self._ssl_principal(transport)
+
+    def broker_metadata(self) -> Any:
+        return self.broker.metadata
+
+    def _ssl_principal(self, transport: asyncio.BaseTransport) -> None:
+        """With a verified client certificate (ssl.client.auth requested/required), the principal is its
+        subject mapped by ssl.principal.mapping.rules (Kafka's DefaultKafkaPrincipalBuilder)."""
+        cert = transport.get_extra_info("peercert")
+        if cert and self.security is not None and self.security.principal_mapper is not None:
+            try:
+                self.principal = "User:" + self.security.principal_mapper.name(listener_security.subject_dn(cert))
+            except ValueError as e:
+                log.warning("closing connection %s from %s:%s: %s", self.id, *self.peer, e)
+                self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -307,6 +338,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 del frame
                 if chunks:
                     out.extend(chunks)
+                if self._close_after is not None:
+                    # Kafka answers a failed authentication, then closes the connection.
+                    await self._write(out)
+                    log.warning("closing connection %s from %s:%s: %s", self.id, *self.peer, self._close_after)
+                    self.close()
+                    return
                 if out and (not self._frames or len(out) > 64):
                     await self._write(out)
                     out = []
@@ -330,6 +367,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.transport.writelines(chunks)
 
     async def _handle(self, frame: bytearray) -> list[bytes | memoryview] | None:
+        if self.sasl is not None and self.sasl.raw:
+            return self._raw_sasl_token(frame)
         mv = memoryview(frame)
         try:
             header = parse_request_header(mv)
@@ -360,14 +399,30 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     raise ValueError(f"non-nullable field {bad} was serialized as null")
         except Exception as e:
             raise CloseConnection(f"could not decode {spec.name} v{version} request: {e}") from None
+        principal = self.principal
+        if self.sasl is not None:
+            if (why := self.sasl.refuse(key, spec.name)) is not None:
+                raise CloseConnection(why)
+            principal = self.sasl.principal or ANONYMOUS
         ctx = RequestContext(self.broker, key, version, header.correlation_id, header.client_id,
-                             self.peer[0], self.peer[1], self.id)
+                             self.peer[0], self.peer[1], self.id, principal)
         t0 = time.perf_counter()
-        response = await reg.handler(ctx, request)
+        if self.sasl is not None and key in (17, 36):
+            if key == 17:
+                response, self._close_after = self.sasl.handshake(version, request)
+            else:
+                response, self._close_after = self.sasl.authenticate(version, request)
+            if self.sasl.authenticated and principal != self.sasl.principal:
+                log.debug("connection %s from %s:%s authenticated as %s (%s)", self.id, *self.peer,
+                          self.sasl.principal, self.sasl.mechanism)
+        else:
+            response = await reg.handler(ctx, request)
+        self.server.request_stats.record(key, version, time.perf_counter() - t0, response)
         if request_log.isEnabledFor(logging.DEBUG):
-            request_log.debug("%s v%d corr=%d client=%s conn=%d from=%s:%s took %.3f ms error=%s", spec.name,
-                              version, header.correlation_id, header.client_id, self.id, self.peer[0],
-                              self.peer[1], (time.perf_counter() - t0) * 1000, error_summary(key, version, response))
+            request_log.debug("%s v%d corr=%d client=%s conn=%d from=%s:%s took %.3f ms error=%s principal=%s",
+                              spec.name, version, header.correlation_id, header.client_id, self.id, self.peer[0],
+                              self.peer[1], (time.perf_counter() - t0) * 1000, error_summary(key, version, response),
+                              ctx.principal)
         if response is None:
             return None
         if isinstance(response, RawResponse):
@@ -377,6 +432,19 @@ class KafkaConnection(asyncio.BufferedProtocol):
         body = response.encode(version=version)
         prefix = encode_response_prefix(header.correlation_id, len(body), spec.response_header_flexible(version))
         return [prefix, body]
+
+    def _raw_sasl_token(self, frame: bytearray) -> list[bytes | memoryview]:
+        """After SaslHandshake v0 the client sends bare SASL tokens and gets bare tokens back (each
+        size-prefixed, no headers); a failure has no error response in this form: the connection closes."""
+        assert self.sasl is not None
+        try:
+            out = self.sasl.step(bytes(frame))
+        except Exception as e:  # AuthenticationFailed, or a token the mechanism cannot parse
+            raise CloseConnection(f"SASL authentication failed ({self.sasl.mechanism}, SaslHandshake v0): {e}") from None
+        if self.sasl.authenticated:
+            log.debug("connection %s from %s:%s authenticated as %s (%s)", self.id, *self.peer,
+                      self.sasl.principal, self.sasl.mechanism)
+        return [_SIZE.pack(len(out)), out]
 
     def _api_versions_fallback(self, correlation_id: int) -> list[bytes | memoryview]:
         from broker.handlers.api_versions import supported_api_keys
@@ -397,21 +465,33 @@ class KafkaServer:
         self.scratch = bytearray(_SCRATCH_SIZE)
         self.loop: Any = None
         self._reaper: asyncio.Task[None] | None = None
+        self._security: dict[str, listener_security.ListenerSecurity] | None = None
+        self.request_stats = RequestStats()  # per-API counts, errors, latency: broker.metrics
 
     async def start(self) -> list[tuple[str, int]]:
         loop = self.loop = asyncio.get_running_loop()
         bound = []
+        security = self.check_listeners()
         for listener in self.broker.config.listeners:
             host = listener.host or None
-            srv = await loop.create_server(lambda: KafkaConnection(self), host, listener.port,
-                                           reuse_address=True, backlog=1024)
+            sec = security[listener.name]
+            srv = await loop.create_server(lambda sec=sec: KafkaConnection(self, sec), host, listener.port,
+                                           reuse_address=True, backlog=1024, ssl=sec.ssl_context)
             self.servers.append(srv)
             for sock in srv.sockets:
                 addr = sock.getsockname()
                 bound.append((addr[0], addr[1]))
-                log.info("listening on %s:%s (%s)", addr[0], addr[1], listener.name)
+                log.info("listening on %s:%s (%s, %s%s)", addr[0], addr[1], listener.name, sec.protocol,
+                         f" {','.join(sec.sasl.mechanisms)}" if sec.sasl is not None else "")
         self._reaper = loop.create_task(self._close_idle_connections())
         return bound
+
+    def check_listeners(self) -> dict[str, listener_security.ListenerSecurity]:
+        """Build every listener's TLS context and SASL settings (raises ListenerSecurityError, an
+        OSError, when one cannot be served); the broker calls it before touching its log dirs."""
+        if self._security is None:
+            self._security = listener_security.build(self.broker.config)
+        return self._security
 
     async def _close_idle_connections(self) -> None:
         """Kafka's idle expiry: close connections with nothing in flight and no traffic for the limit."""

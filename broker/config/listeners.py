@@ -54,9 +54,10 @@ def parse_protocol_map(text: str, config_name: str) -> dict[str, str]:
     return mapping
 
 
-# Security protocols kbroker serves today; a listener mapped to any other refuses to start rather
-# than serving plaintext where TLS or SASL was asked for (issue 17).
-IMPLEMENTED_SECURITY_PROTOCOLS = ("PLAINTEXT",)
+# Security protocols kbroker serves; a listener mapped to any other refuses to start rather than
+# serving plaintext where TLS or SASL was asked for (issue 17). SSL and SASL_SSL listeners only ever
+# speak TLS, SASL ones authenticate before anything else (broker/server.py).
+IMPLEMENTED_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 def unimplemented_listeners(listeners: list[Listener], protocol_map: dict[str, str]) -> list[tuple[Listener, str]]:

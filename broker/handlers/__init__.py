@@ -27,6 +27,9 @@ class RequestContext:
     client_host: str
     client_port: int
     connection_id: int
+    # Who sent the request: User:<SASL name>, User:<certificate subject> (SSL with client auth),
+    # or User:ANONYMOUS.
+    principal: str = "User:ANONYMOUS"
 
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]
@@ -71,6 +74,8 @@ HANDLER_MODULES = (
     "txn_markers",
     "features",
     "describe_topic_partitions",
+    "sasl",
+    "scram",
 )
 
 
