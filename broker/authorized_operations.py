@@ -7,53 +7,22 @@ fills it in ``AuthHelper.authorizedOperations``: the operations that apply to th
 (``AclEntry.supportedOperations``), filtered by the authorizer; with no authorizer configured,
 all of them. ``OMITTED`` (Integer.MIN_VALUE, the schema default) means "not requested".
 
-kbroker has no authorizer yet, so :func:`authorized_operations` answers the full set. It is the
-one seam the ACL work replaces: it already receives the request context (which will carry the
-principal) and the resource, so handlers need not change when real answers arrive.
+:func:`allowed_operations` asks the request context's authorizer (security/authorizer.py) about
+each supported operation; with no authorizer it answers the full set.
 """
 
 from __future__ import annotations
 
-from enum import IntEnum
 from typing import Any
 
+from security.authorizer import CLUSTER_NAME, AclOperation, ResourceType
 
-class AclOperation(IntEnum):
-    """Kafka's AclOperation codes (the wire values, also the bit positions)."""
-
-    UNKNOWN = 0
-    ANY = 1
-    ALL = 2
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-    CREATE_TOKENS = 13
-    DESCRIBE_TOKENS = 14
-
-
-class ResourceType(IntEnum):
-    """Kafka's ResourceType codes (clients/.../common/resource/ResourceType.java)."""
-
-    TOPIC = 2
-    GROUP = 3
-    CLUSTER = 4
-    TRANSACTIONAL_ID = 5
-    DELEGATION_TOKEN = 6
-    USER = 7
+# The codes live with the authorizer (security/authorizer.py); re-exported for the describe handlers.
+__all__ = ["AclOperation", "ResourceType", "CLUSTER_NAME"]
 
 
 # Kafka's value for "not requested" (the schema default of every authorized-operations field).
 OMITTED = -(2**31)
-
-# The name of the single cluster resource (Kafka's Resource.CLUSTER_NAME).
-CLUSTER_NAME = "kafka-cluster"
 
 _O = AclOperation
 # AclEntry.supportedOperations in Kafka 3.9 (server/.../security/authorizer/AclEntry.java).
@@ -89,14 +58,13 @@ def as_bitfield(bits: int) -> set[int] | None:
 
 
 def allowed_operations(ctx: Any, resource_type: ResourceType, resource_name: str) -> frozenset[AclOperation]:
-    """The operations ``ctx``'s principal may perform on the resource.
-
-    No authorizer yet: every operation that applies to the resource type, as Kafka answers when
-    ``authorizer.class.name`` is empty. ``ctx`` (the RequestContext) and ``resource_name`` are unused
-    until the ACL work plugs in here.
-    """
-    del ctx, resource_name
-    return SUPPORTED_OPERATIONS[resource_type]
+    """The operations ``ctx``'s principal may perform on the resource: every operation that applies to
+    the resource type, filtered by the authorizer (all of them with no authorizer, as Kafka)."""
+    supported = SUPPORTED_OPERATIONS[resource_type]
+    authorizer = ctx.authorizer() if ctx is not None else None
+    if authorizer is None:
+        return supported
+    return authorizer.allowed_operations(ctx.principal, ctx.client_host, resource_type, resource_name, supported)
 
 
 def authorized_operations(ctx: Any, resource_type: ResourceType, resource_name: str) -> int:

@@ -24,6 +24,7 @@ from typing import TypeVar
 
 from protocol.errors import ErrorCode, KafkaError
 from security import scram_credentials as scram
+from security.authorizer import AclBinding
 from storage.checkpoints import atomic_write_bytes
 
 log = logging.getLogger("broker.metadata")
@@ -125,8 +126,6 @@ class MetadataStore(ABC):
     def isr(self, topic: str, partition: int) -> list[int]:
         return self.replicas(topic, partition)
 
-    @abstractmethod
-    async def create_topic(self, name: str, num_partitions: int, configs: dict[str, str],
     def offline_replicas(self, topic: str, partition: int) -> list[int]:
         """Replicas on brokers that are not live (always none on a single node)."""
         return []
@@ -135,6 +134,8 @@ class MetadataStore(ABC):
         """True while this broker must not act as a leader (cluster mode, see cluster/etcd_store.py)."""
         return False
 
+    @abstractmethod
+    async def create_topic(self, name: str, num_partitions: int, configs: dict[str, str],
                            *, internal: bool = False) -> TopicInfo: ...
 
     @abstractmethod
@@ -190,6 +191,15 @@ class MetadataStore(ABC):
                              f"equal to the requested {total}.")
         return info
 
+    # ACL bindings (security/authorizer.py), so that every broker of a cluster authorizes alike. The
+    # sequence returned is immutable and replaced on every change (the authorizer re-indexes on that).
+    def acls(self) -> tuple[AclBinding, ...]:
+        return ()
+
+    async def alter_acls(self, creations: list[AclBinding], deletions: list[AclBinding]) -> None:
+        """Add ``creations`` (already present ones are kept once) and remove ``deletions``, as one change."""
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "this metadata store cannot store ACLs")
+
 
 class LocalMetadataStore(MetadataStore):
     """Single-node metadata persisted as one JSON document (tmp + fsync + rename, in an executor).
@@ -208,6 +218,9 @@ class LocalMetadataStore(MetadataStore):
         self._broker_configs: dict[str, str] = {}
         self._features: dict[str, int] = {}
         self._features_epoch = -1
+        # ACLs in a file of their own (kbroker-acls.json), written with the same atomic write.
+        self._acl_path = data_dir / ACL_FILE_NAME
+        self._acls: tuple[AclBinding, ...] = _read_acls(self._acl_path)
         # Serialises changes: each is checked, written, then applied while no other runs.
         self._lock = asyncio.Lock()
         # Changes in progress, each in its own task (see _serialised); referenced until done.
@@ -381,6 +394,28 @@ class LocalMetadataStore(MetadataStore):
     def _with(self, changed: TopicInfo) -> list[TopicInfo]:
         return [changed if t.name == changed.name else t for t in self._topics.values()]
 
+    def acls(self) -> tuple[AclBinding, ...]:
+        return self._acls
+
+    async def alter_acls(self, creations: list[AclBinding], deletions: list[AclBinding]) -> None:
+        async def change() -> None:
+            gone = set(deletions)
+            acls = tuple(dict.fromkeys([*(b for b in self._acls if b not in gone), *creations]))
+            data = json.dumps({"version": 1, "acls": [b.to_json() for b in acls]}, indent=1).encode()
+            write = asyncio.get_running_loop().run_in_executor(
+                None, functools.partial(atomic_write_bytes, self._acl_path, data))
+            try:
+                await asyncio.shield(write)
+            except asyncio.CancelledError:
+                await asyncio.wait([write])  # never two writes of the same .tmp file
+                raise
+            except OSError as e:
+                log.error("cannot write %s: %s", self._acl_path, e)
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot write ACLs: {e}") from e
+            self._acls = acls
+
+        await self._serialised(change)
+
     def broker_dynamic_configs(self) -> dict[str, str]:
         return dict(self._broker_configs)
 
@@ -454,6 +489,15 @@ def _write_delay() -> Callable[[], None] | None:
         time.sleep(int(ms) / 1000)
 
     return delay
+
+
+ACL_FILE_NAME = "kbroker-acls.json"
+
+
+def _read_acls(path: Path) -> tuple[AclBinding, ...]:
+    if not path.exists():
+        return ()
+    return tuple(AclBinding.from_json(d) for d in json.loads(path.read_text()).get("acls", []))
 
 
 def _new_cluster_id() -> str:

@@ -274,6 +274,9 @@ _BROKER_DEFS: list[ConfigDef] = [
        "kbroker extension: how long a stop (SIGTERM/SIGINT) may take. Past it the process logs an error and "
        "exits with code 1 without a clean-shutdown marker (the next start recovers the logs).",
        at_least(1)),
+    _b("kbroker.prometheus.listener", "string", None,
+       "kbroker extension: where to serve Prometheus metrics, as http://HOST:PORT (e.g. http://127.0.0.1:9404; "
+       "GET /metrics). Unset: no metrics endpoint. Names follow Strimzi's JMX-exporter rules (docs/operations.md)."),
     # --- cluster mode (etcd; cluster/ and docs/cluster-design.md)
     _b("kbroker.etcd.endpoints", "string", None,
        "kbroker extension: comma-separated etcd URLs (http://host:port). When set the broker runs in cluster "
@@ -285,6 +288,15 @@ _BROKER_DEFS: list[ConfigDef] = [
        at_least(1)),
     _b("broker.heartbeat.interval.ms", "int", 2000,
        "Cluster mode: how often the broker refreshes its etcd lease.", at_least(1)),
+    # --- authorization (security/authorizer.py)
+    _b("authorizer.class.name", "string", "",
+       "ACLs are enforced when this names Kafka's standard authorizer "
+       "(org.apache.kafka.metadata.authorizer.StandardAuthorizer, kafka.security.authorizer.AclAuthorizer or the "
+       "alias 'standard'); empty (or any other value) allows every request."),
+    _b("super.users", "string", "",
+       "Principals (e.g. User:admin) separated by semicolons that every ACL check allows."),
+    _b("allow.everyone.if.no.acl.found", "boolean", False,
+       "With the authorizer on: allow an operation on a resource that has no ACL at all."),
 ]
 
 BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS}

@@ -9,9 +9,11 @@ the same version (None when no response is due, e.g. Produce with acks=0).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from security.authorizer import CLUSTER_NAME, AclOperation, Authorizer, ResourceType, authorizer_from_config
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -30,6 +32,36 @@ class RequestContext:
     # Who sent the request: User:<SASL name>, User:<certificate subject> (SSL with client auth),
     # or User:ANONYMOUS.
     principal: str = "User:ANONYMOUS"
+
+    # --- authorization (security/authorizer.py): the one place handlers ask. With no authorizer
+    # configured (authorizer.class.name empty) every answer is "allowed", as in Kafka.
+    def authorizer(self) -> Authorizer | None:
+        broker = self.broker
+        try:
+            return broker._authorizer  # type: ignore[attr-defined]
+        except AttributeError:
+            metadata_acls = lambda: broker.metadata.acls()  # noqa: E731  (the store may be replaced)
+            broker._authorizer = authorizer_from_config(broker.config.get, metadata_acls)  # type: ignore[attr-defined]
+            return broker._authorizer  # type: ignore[attr-defined]
+
+    def authorize(self, op: AclOperation, rtype: ResourceType, name: str) -> bool:
+        a = self.authorizer()
+        return a is None or a.authorize(self.principal, self.client_host, op, rtype, name)
+
+    def authorize_cluster(self, op: AclOperation) -> bool:
+        return self.authorize(op, ResourceType.CLUSTER, CLUSTER_NAME)
+
+    def authorized(self, op: AclOperation, rtype: ResourceType, names: Iterable[str]) -> set[str]:
+        """The subset of ``names`` allowed (Kafka's AuthHelper.filterByAuthorized), each asked once."""
+        a = self.authorizer()
+        unique = set(names)
+        if a is None:
+            return unique
+        return {n for n in unique if a.authorize(self.principal, self.client_host, op, rtype, n)}
+
+    def authorize_by_resource_type(self, op: AclOperation, rtype: ResourceType) -> bool:
+        a = self.authorizer()
+        return a is None or a.authorize_by_resource_type(self.principal, self.client_host, op, rtype)
 
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]
@@ -74,6 +106,7 @@ HANDLER_MODULES = (
     "txn_markers",
     "features",
     "describe_topic_partitions",
+    "acls",
     "sasl",
     "scram",
 )
