@@ -34,6 +34,7 @@ from collections.abc import Callable
 from aetcd.utils import prefix_range_end
 
 from protocol.errors import ErrorCode, KafkaError
+from security import scram_credentials as scram
 
 from .etcd_keys import KeyLayout
 from .etcd_session import TRANSIENT_ERRORS, EtcdSession
@@ -79,6 +80,8 @@ class EtcdMetadataStore(MetadataStore):
         self._features: dict[str, int] = {}
         self._features_epoch = -1
         self._features_rev = 0
+        self._scram: scram.Credentials = {}
+        self._scram_rev = 0  # mod revision of the credentials key (0: never written)
         self.revision = 0
         self._started = False
         self._watch_task: asyncio.Task[None] | None = None
@@ -198,6 +201,9 @@ class EtcdMetadataStore(MetadataStore):
                     self._features = {n: int(v) for n, v in doc["levels"].items()}
                     self._features_epoch = int(doc["epoch"])
                     self._features_rev = mod_revision
+            elif key == k.scram_credentials:
+                self._scram = scram.decode(value) if put else {}
+                self._scram_rev = mod_revision if put else 0
         except (ValueError, KeyError, TypeError) as e:
             log.error("ignoring unreadable etcd value of %r: %r", key, e)
 
@@ -414,6 +420,20 @@ class EtcdMetadataStore(MetadataStore):
         doc = json.dumps({"version": 1, "configs": dict(configs)}).encode()
         await self._txn([], [tx.put(self.keys.broker_configs, doc)])
         await self.wait_for(lambda: self._broker_configs == dict(configs), "broker configs")
+
+    def scram_credentials(self) -> scram.Credentials:
+        return self._scram
+
+    async def alter_scram_credentials(self, deletions: list[tuple[str, str]],
+                                      upserts: list[tuple[str, str, scram.ScramCredential]]) -> None:
+        tx = self.session.client.transactions
+        creds = scram.applied(self._scram, deletions, upserts)
+        doc = scram.encode(creds)
+        # Guarded by the revision this change was computed from: a concurrent change is not overwritten.
+        if not await self._txn([tx.mod(self.keys.scram_credentials) == self._scram_rev],
+                               [tx.put(self.keys.scram_credentials, doc)]):
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "SCRAM credentials changed meanwhile; retry")
+        await self.wait_for(lambda: self._scram == creds, "SCRAM credentials")
 
     async def set_finalized_feature(self, name: str, level: int) -> None:
         tx = self.session.client.transactions

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from protocol.errors import ErrorCode, KafkaError
+from security import scram_credentials as scram
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -155,6 +156,15 @@ class MetadataStore(ABC):
 
     async def set_finalized_feature(self, name: str, level: int) -> None:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "this metadata store cannot change feature levels")
+
+    # SCRAM credentials (user -> mechanism -> salted/hashed credential), so that every broker of a
+    # cluster authenticates against the same ones.
+    def scram_credentials(self) -> scram.Credentials:
+        return {}
+
+    async def alter_scram_credentials(self, deletions: list[tuple[str, str]],
+                                      upserts: list[tuple[str, str, scram.ScramCredential]]) -> None:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "this metadata store cannot store SCRAM credentials")
 
     def check_collision(self, name: str) -> None:
         unified = unify_collision_chars(name)
