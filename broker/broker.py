@@ -118,9 +118,9 @@ class Broker:
                  len(known), (time.perf_counter() - t0) * 1000)
         self.metadata.add_listener(self._on_metadata_event)
         self._init_producer_ids()
-        self.partition_access = LocalPartitionAccess(self)
         if self.cluster is not None:
             await self.producer_ids.ready()
+        self.partition_access = LocalPartitionAccess(self)
         self.txn_coordinator = TransactionCoordinator(self.partition_access, self.config, self.producer_ids)
         await self.txn_coordinator.start()
         self.group_coordinator = _make_group_coordinator(self.partition_access, self.config, self.node_id)
@@ -134,7 +134,6 @@ class Broker:
         log.info("kbroker node %d started (cluster id %s), log dirs %s", self.node_id, self.metadata.cluster_id,
                  ", ".join(map(str, self.log_dirs)))
 
-    def _producer_state_factory(self) -> Callable[[Path], ProducerStateManager]:
     async def _join_cluster(self, advertised: Any) -> MetadataStore:
         """Cluster mode (kbroker.etcd.endpoints set; cluster/node.py): etcd session, cluster id
         checked against meta.properties, registration (a live duplicate node.id refuses the
@@ -159,6 +158,7 @@ class Broker:
             raise OSError(str(e)) from None
         return self.cluster.store
 
+    def _producer_state_factory(self) -> Callable[[Path], ProducerStateManager]:
         expiration = int(self.config.get("producer.id.expiration.ms"))
         return lambda d: ProducerStateManager(d, producer_id_expiration_ms=expiration)
 
@@ -197,10 +197,8 @@ class Broker:
             self.replica_manager.remove_topic(info.name)
         elif event == "configs":
             self.replica_manager.update_configs(info.name, info.configs)
-        if event in ("created", "deleted") and getattr(self, "group_coordinator", None) is not None:
         elif event == "leaders":
             self.replica_manager.update_leadership(info.name)
-            self.group_coordinator.on_topics_changed()  # KIP-848 regex subscriptions are resolved again
 
     def verify_txn_partition(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
                              topic: str, partition: int) -> int:
@@ -219,9 +217,9 @@ class Broker:
         topic is registered and the next start creates the missing ones. Replication factor
         and assignment matter in cluster mode only (a single node holds every partition)."""
         internal = internal or name in INTERNAL_TOPICS
-        with self._reserve_partitions(0 if internal else num_partitions):
         placement = ({"replication_factor": replication_factor, "assignment": assignment}
                      if self.cluster is not None else {})
+        with self._reserve_partitions(0 if internal else num_partitions):
             info = await self.metadata.create_topic(name, num_partitions, configs, internal=internal, **placement)
         await self.replica_manager.wait_created(info.name)
         return info
@@ -360,9 +358,9 @@ class Broker:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.replica_manager.wait_flushes()
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
-        log.info("shut down cleanly")
         if self.cluster is not None:
             await self.cluster.stop()  # last: deregistering hands this broker's leaderships over
+        log.info("shut down cleanly")
 
 
 def _make_group_coordinator(access: LocalPartitionAccess, config: BrokerConfig, node_id: int) -> Any:
