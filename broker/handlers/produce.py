@@ -16,6 +16,9 @@ idempotence violations -> the producer-state error codes; a duplicate of one of 
 batches of a producer answers with the original base offset. acks must be -1, 0 or 1
 (INVALID_REQUIRED_ACKS). With acks=0 no response is sent and, like Kafka, a failed append closes
 the connection so the client notices. On one node acks=all equals acks=1 (the ISR is the leader).
+Cluster mode: a partition this broker does not lead (or any, while its etcd session is fenced)
+answers NOT_LEADER_OR_FOLLOWER, from v10 with KIP-951's current_leader and node_endpoints; acks=all
+while the ISR is smaller than min.insync.replicas answers NOT_ENOUGH_REPLICAS.
 
 Durability: when an append reaches flush.messages, the partition's log is flushed (fsync in an
 executor, see ReplicaManager.flush) and, with acks=1/-1, the response waits for that flush, so
@@ -90,6 +93,7 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
                     o = await rm.append_async(part, pd.records, transactional_id=request.transactional_id)
                     outcome_code, base, lat, lso, msg = o.error, o.base_offset, o.log_append_time, o.log_start_offset, o.message
                     if o.record_errors and v >= 8:  # the field exists from v8
+    new_leaders: set[int] = set()  # KIP-951 (v10+): leaders named in NOT_LEADER_OR_FOLLOWER answers
                         record_errors = [RecordError(version=v, batch_index=i, batch_index_error_message=m)
                                          for i, m in o.record_errors]
                     if o.flush_due:
@@ -120,4 +124,16 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
                     resp.error_code = ErrorCode.KAFKA_STORAGE_ERROR
                     resp.base_offset = resp.log_append_time_ms = -1
                     resp.error_message = f"Flushing {part.topic}-{part.index} to disk failed: {res!r}"
-    return ProduceResponse(version=v, responses=responses, throttle_time_ms=0)
+    endpoints = {}
+    if new_leaders:
+        endpoints["node_endpoints"] = [
+            ProduceResponse.NodeEndpoint(version=v, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+            for b in ctx.broker.metadata.brokers() if b.node_id in new_leaders]
+    return ProduceResponse(version=v, responses=responses, throttle_time_ms=0, **endpoints)
+            if outcome_code == ErrorCode.NOT_LEADER_OR_FOLLOWER and v >= 10:
+                # KIP-951: where the leader is now, so the client need not refresh its metadata.
+                md = ctx.broker.metadata
+                leader = md.leader(name, pd.index)
+                resp.current_leader = PartResp.LeaderIdAndEpoch(version=v, leader_id=leader,
+                                                                 leader_epoch=md.leader_epoch(name, pd.index))
+                new_leaders.add(leader)

@@ -82,12 +82,13 @@ def create(bootstrap: str, *topics: NewTopic) -> None:
         f.result(timeout=90)
 
 
-def produce_raw(broker: BrokerProcess, topic: str, partition: int, acks: int) -> int:
+def produce_raw(broker: BrokerProcess, topic: str, partition: int, acks: int, *, version: int = 9):
     P = ProduceRequest.TopicProduceData
-    req = ProduceRequest(version=9, transactional_id=None, acks=acks, timeout_ms=5000, topic_data=[
-        P(version=9, name=topic, partition_data=[P.PartitionProduceData(
-            version=9, index=partition, records=build_batch([(b"k", b"v")]))])])
-    return send_request(broker.bootstrap, req, 9).responses[0].partition_responses[0].error_code
+    req = ProduceRequest(version=version, transactional_id=None, acks=acks, timeout_ms=5000, topic_data=[
+        P(version=version, name=topic, partition_data=[P.PartitionProduceData(
+            version=version, index=partition, records=build_batch([(b"k", b"v")]))])])
+    resp = send_request(broker.bootstrap, req, version)
+    return resp if version >= 10 else resp.responses[0].partition_responses[0].error_code
 
 
 def test_duplicate_node_id_refused(etcd: EtcdProcess, tmp_path: Path) -> None:
@@ -132,6 +133,13 @@ def test_rf1_topic_spread_produce_consume(cluster: BrokerCluster) -> None:
     p0 = parts[0]
     other = next(b for n, b in cluster.brokers.items() if n != p0.leader_id)
     assert produce_raw(other, "spread", 0, acks=1) == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    # v10+ (KIP-951): the answer names the leader and its endpoint.
+    resp = produce_raw(other, "spread", 0, acks=1, version=11)
+    part = resp.responses[0].partition_responses[0]
+    assert part.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert (part.current_leader.leader_id, part.current_leader.leader_epoch) == (p0.leader_id, p0.leader_epoch)
+    leader = cluster.brokers[p0.leader_id]
+    assert [(e.node_id, f"127.0.0.1:{e.port}") for e in resp.node_endpoints] == [(p0.leader_id, leader.bootstrap)]
 
     n = 300
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "linger.ms": 5})
