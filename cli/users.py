@@ -13,11 +13,13 @@ confluent-kafka's AdminClient (the client salts and hashes: the password never r
 ``list`` prints Kafka's line ``SCRAM credential configs for user-principal 'U' are SCRAM-SHA-512=iterations=4096``.
 ``bootstrap`` writes the credential straight into the broker's metadata store (its first log dir)
 while the broker is stopped: it takes the log dir's lock, so it refuses while a broker runs there.
+In cluster mode (``kbroker.etcd.endpoints`` set) it writes to etcd instead, which every broker reads.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import re
 import sys
 from pathlib import Path
@@ -136,22 +138,57 @@ def cmd_bootstrap(args: argparse.Namespace) -> int:
     from storage.dir_lock import DirLock
 
     config = BrokerConfig.load(args.config, _parse_overrides(args.override or []))
+    if config.get("kbroker.etcd.endpoints"):
+        upserts = _credentials(args)
+        asyncio.run(_bootstrap_etcd(config, upserts))
+        print(f"Wrote SCRAM credentials for user {args.user} ({', '.join(m for _, m, _ in upserts)}) to etcd "
+              f"({config.get('kbroker.etcd.endpoints')})")
+        return 0
     log_dir = Path(config.log_dirs[0]).resolve()
     log_dir.mkdir(parents=True, exist_ok=True)
     lock = DirLock.acquire(log_dir)  # DirLockedError (naming the broker's pid) while a broker runs there
     try:
         path = log_dir / scram.FILE_NAME
         creds = scram.decode(path.read_bytes()) if path.exists() else {}
-        upserts = []
-        for mech, iterations, password in _wanted(args):
-            if not scram.MIN_ITERATIONS <= iterations <= scram.MAX_ITERATIONS:
-                raise CliError(f"--iterations must be within {scram.MIN_ITERATIONS}..{scram.MAX_ITERATIONS}")
-            upserts.append((args.user, mech, scram.from_password(mech, password, iterations)))
+        upserts = _credentials(args)
         atomic_write_bytes(path, scram.encode(scram.applied(creds, [], upserts)))
     finally:
         lock.release()
     print(f"Wrote SCRAM credentials for user {args.user} ({', '.join(m for _, m, _ in upserts)}) to {path}")
     return 0
+
+
+def _credentials(args: argparse.Namespace) -> list:
+    from security import scram_credentials as scram
+
+    upserts = []
+    for mech, iterations, password in _wanted(args):
+        if not scram.MIN_ITERATIONS <= iterations <= scram.MAX_ITERATIONS:
+            raise CliError(f"--iterations must be within {scram.MIN_ITERATIONS}..{scram.MAX_ITERATIONS}")
+        upserts.append((args.user, mech, scram.from_password(mech, password, iterations)))
+    return upserts
+
+
+async def _bootstrap_etcd(config, upserts: list) -> None:
+    """Cluster mode: the credentials live in etcd, where every broker's view reads them; written through
+    the same EtcdMetadataStore a broker uses (no broker needs to be stopped)."""
+    from cluster.etcd_keys import KeyLayout, get_or_create_cluster_id
+    from cluster.etcd_session import EtcdSession
+    from cluster.etcd_store import EtcdMetadataStore
+
+    settings = {name: config.get(name) for name in (
+        "kbroker.etcd.endpoints", "kbroker.etcd.username", "kbroker.etcd.password",
+        "broker.session.timeout.ms", "broker.heartbeat.interval.ms")}
+    session = await EtcdSession.from_config(settings).open()
+    try:
+        store = EtcdMetadataStore(session, KeyLayout(await get_or_create_cluster_id(session.client)), config.node_id)
+        await store.start()
+        try:
+            await store.alter_scram_credentials([], upserts)
+        finally:
+            await store.stop()
+    finally:
+        await session.close()
 
 
 def main(argv: list[str] | None = None) -> int:
