@@ -180,6 +180,30 @@ def test_confluent_kafka_produces_and_consumes_over_sasl_ssl(setup):
     _wait_for_log(setup.broker, rf"Produce v\d+ .* principal=User:{ALICE}\b")
 
 
+def test_frames_spanning_many_tls_records_arrive_whole(setup):
+    """2 MB in 4 KB records: produce batches and fetch responses larger than one TLS record (16 KB)
+    and than one socket read go through the TLS transport intact."""
+    from confluent_kafka import Consumer, Producer
+
+    topic = _topic()
+    values = [bytes([i % 251]) * 4096 for i in range(500)]
+    p = Producer({**setup.confluent(), "linger.ms": 50, "batch.size": 1_000_000})
+    for v in values:
+        p.produce(topic, v)
+    assert p.flush(60) == 0
+    c = Consumer({**setup.confluent(), "group.id": f"{topic}-g", "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    got, deadline = [], time.monotonic() + 60
+    try:
+        while len(got) < len(values) and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+    finally:
+        c.close()
+    assert got == values
+
+
 def test_kafka_python_produces_and_consumes_over_sasl_ssl(setup):
     from kafka import KafkaConsumer, KafkaProducer
 
@@ -331,6 +355,23 @@ def test_plain_over_sasl_plaintext(setup):
         r = conn.request(SaslAuthenticateRequest(auth_bytes=f"\0{PLAIN_USER}\0nope".encode()), 2)
         assert (r.error_code, r.error_message) == (58, "Authentication failed: Invalid username or password")
         assert _closed(conn)
+
+
+def test_sasl_handshake_v0_then_raw_tokens(setup):
+    """SaslHandshake v0: the SASL tokens follow as bare size-prefixed frames, no Kafka headers."""
+    import struct
+
+    with _connect(setup.sasl_plain) as conn:
+        assert conn.request(SaslHandshakeRequest(mechanism="PLAIN"), 0).error_code == 0
+        token = f"\0{PLAIN_USER}\0{PLAIN_PW}".encode()
+        conn.send_raw(struct.pack(">i", len(token)) + token)
+        assert conn.read_raw_frame() == b""  # PLAIN's (empty) server token
+        assert conn.request(MetadataRequest(topics=[]), 4).brokers
+    with _connect(setup.sasl_plain) as conn:
+        assert conn.request(SaslHandshakeRequest(mechanism="PLAIN"), 0).error_code == 0
+        token = f"\0{PLAIN_USER}\0wrong".encode()
+        conn.send_raw(struct.pack(">i", len(token)) + token)
+        assert _closed(conn)  # v0 has no error response: the connection closes
 
 
 def test_mtls_maps_the_certificate_subject_to_the_principal(setup):
