@@ -199,6 +199,8 @@ class Broker:
             self.replica_manager.update_configs(info.name, info.configs)
         elif event == "leaders":
             self.replica_manager.update_leadership(info.name)
+        if event in ("created", "deleted") and getattr(self, "group_coordinator", None) is not None:
+            self.group_coordinator.on_topics_changed()  # KIP-848 regex subscriptions are resolved again
 
     def verify_txn_partition(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
                              topic: str, partition: int) -> int:
