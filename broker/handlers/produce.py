@@ -61,6 +61,7 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
     responses = []
     due: dict[Partition, list] = {}  # partitions whose append reached flush.messages -> their responses
     failed = False
+    new_leaders: set[int] = set()  # KIP-951 (v10+): leaders named in NOT_LEADER_OR_FOLLOWER answers
     # TV2 (v12): partitions join the transaction here; a refused one is not appended.
     txn_errors = await add_produce_partitions(ctx.broker, request, v) if request.transactional_id else {}
     for td in request.topic_data:
@@ -93,7 +94,6 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
                     o = await rm.append_async(part, pd.records, transactional_id=request.transactional_id)
                     outcome_code, base, lat, lso, msg = o.error, o.base_offset, o.log_append_time, o.log_start_offset, o.message
                     if o.record_errors and v >= 8:  # the field exists from v8
-    new_leaders: set[int] = set()  # KIP-951 (v10+): leaders named in NOT_LEADER_OR_FOLLOWER answers
                         record_errors = [RecordError(version=v, batch_index=i, batch_index_error_message=m)
                                          for i, m in o.record_errors]
                     if o.flush_due:
@@ -103,6 +103,13 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
             resp = PartResp(version=v, index=pd.index, error_code=outcome_code, base_offset=base,
                             log_append_time_ms=lat, log_start_offset=lso, record_errors=record_errors,
                             error_message=msg if outcome_code else None)
+            if outcome_code == ErrorCode.NOT_LEADER_OR_FOLLOWER and v >= 10:
+                # KIP-951: where the leader is now, so the client need not refresh its metadata.
+                md = ctx.broker.metadata
+                leader = md.leader(name, pd.index)
+                resp.current_leader = PartResp.LeaderIdAndEpoch(version=v, leader_id=leader,
+                                                                 leader_epoch=md.leader_epoch(name, pd.index))
+                new_leaders.add(leader)
             parts.append(resp)
             if flush_part is not None:
                 due.setdefault(flush_part, []).append(resp)
@@ -130,10 +137,3 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
             ProduceResponse.NodeEndpoint(version=v, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
             for b in ctx.broker.metadata.brokers() if b.node_id in new_leaders]
     return ProduceResponse(version=v, responses=responses, throttle_time_ms=0, **endpoints)
-            if outcome_code == ErrorCode.NOT_LEADER_OR_FOLLOWER and v >= 10:
-                # KIP-951: where the leader is now, so the client need not refresh its metadata.
-                md = ctx.broker.metadata
-                leader = md.leader(name, pd.index)
-                resp.current_leader = PartResp.LeaderIdAndEpoch(version=v, leader_id=leader,
-                                                                 leader_epoch=md.leader_epoch(name, pd.index))
-                new_leaders.add(leader)
