@@ -471,6 +471,9 @@ class KafkaServer:
     async def start(self) -> list[tuple[str, int]]:
         loop = self.loop = asyncio.get_running_loop()
         bound = []
+        # Built again now that the dynamic broker configs stored in the metadata are applied (the
+        # early check_listeners() ran before they were loaded).
+        self._security = None
         security = self.check_listeners()
         for listener in self.broker.config.listeners:
             host = listener.host or None

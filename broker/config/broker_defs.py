@@ -78,29 +78,30 @@ _BROKER_DEFS: list[ConfigDef] = [
        "Close connections that have had no request in flight and no bytes received or sent for this long.",
        at_least(1)),
     # --- security (TLS, SASL): security/tls.py, security/sasl.py; each ssl.* / sasl.enabled.mechanisms
-    # name may be overridden per listener as listener.name.<listener>.<name>, as in Kafka
+    # name may be overridden per listener as listener.name.<listener>.<name>, as in Kafka. Dynamic
+    # (per-broker) like Kafka's, but listeners are built at start: a dynamic change applies at the next start.
     _b("connections.max.reauth.ms", "long", 0,
        "KIP-368: SASL sessions end after this long; clients re-authenticate on the same connection "
        "(SaslAuthenticate v1+ is told the session lifetime), a request after expiry closes the connection. "
        "0 = sessions never expire."),
     _b("sasl.enabled.mechanisms", "list", "GSSAPI",
        "SASL mechanisms SASL listeners accept. kbroker serves PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512; any other "
-       "(Kafka's default GSSAPI included) refuses start-up when a SASL listener exists."),
-    _b("ssl.keystore.type", "string", "JKS", "Key store format; kbroker reads PEM only (set PEM)."),
-    _b("ssl.keystore.location", "string", None, "PEM file holding the private key and the certificate chain."),
-    _b("ssl.keystore.certificate.chain", "password", None, "Inline PEM certificate chain (with ssl.keystore.key)."),
-    _b("ssl.keystore.key", "password", None, "Inline PEM private key (with ssl.keystore.certificate.chain)."),
-    _b("ssl.key.password", "password", None, "Password of an encrypted private key."),
-    _b("ssl.truststore.type", "string", "JKS", "Trust store format; kbroker reads PEM only (set PEM)."),
-    _b("ssl.truststore.location", "string", None, "PEM file of the CA certificates client certificates are checked against."),
-    _b("ssl.truststore.certificates", "password", None, "Inline PEM CA certificates (instead of ssl.truststore.location)."),
+       "(Kafka's default GSSAPI included) refuses start-up when a SASL listener exists.", dynamic=True),
+    _b("ssl.keystore.type", "string", "JKS", "Key store format; kbroker reads PEM only (set PEM).", dynamic=True),
+    _b("ssl.keystore.location", "string", None, "PEM file holding the private key and the certificate chain.", dynamic=True),
+    _b("ssl.keystore.certificate.chain", "password", None, "Inline PEM certificate chain (with ssl.keystore.key).", dynamic=True),
+    _b("ssl.keystore.key", "password", None, "Inline PEM private key (with ssl.keystore.certificate.chain).", dynamic=True),
+    _b("ssl.key.password", "password", None, "Password of an encrypted private key.", dynamic=True),
+    _b("ssl.truststore.type", "string", "JKS", "Trust store format; kbroker reads PEM only (set PEM).", dynamic=True),
+    _b("ssl.truststore.location", "string", None, "PEM file of the CA certificates client certificates are checked against.", dynamic=True),
+    _b("ssl.truststore.certificates", "password", None, "Inline PEM CA certificates (instead of ssl.truststore.location).", dynamic=True),
     _b("ssl.client.auth", "string", "none",
        "Client certificates: none, requested or required. On SASL_SSL listeners only the listener-prefixed form "
-       "applies (KIP-684).", ValidString(("none", "requested", "required"))),
-    _b("ssl.enabled.protocols", "list", "TLSv1.2,TLSv1.3", "TLS versions accepted (TLSv1.2, TLSv1.3)."),
+       "applies (KIP-684).", ValidString(("none", "requested", "required")), dynamic=True),
+    _b("ssl.enabled.protocols", "list", "TLSv1.2,TLSv1.3", "TLS versions accepted (TLSv1.2, TLSv1.3).", dynamic=True),
     _b("ssl.cipher.suites", "list", "",
        "TLS 1.2 cipher suites (IANA or OpenSSL names); empty = the TLS library's defaults. TLS 1.3 suites "
-       "cannot be narrowed."),
+       "cannot be narrowed.", dynamic=True),
     _b("ssl.principal.mapping.rules", "string", "DEFAULT",
        "Rules mapping a client certificate's subject (RFC 2253) to the principal name: DEFAULT keeps it, "
        "RULE:pattern/replacement/[L|U] rewrites it."),

@@ -523,3 +523,28 @@ def test_users_bootstrap_refuses_while_the_broker_runs(setup):
                          timeout=60)
     assert out.returncode != 0
     assert f"held by process {setup.broker.proc.pid}" in out.stderr, out.stderr
+
+
+def test_dynamic_sasl_mechanisms_apply_at_the_next_start(setup):
+    """sasl.enabled.mechanisms is per-broker dynamic as in Kafka; kbroker builds its listeners at start,
+    so an altered value is stored and applies after a restart (the last test: it restarts the broker)."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    admin = AdminClient(setup.confluent())
+    res = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
+        ConfigEntry("sasl.enabled.mechanisms", "SCRAM-SHA-512", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(30)
+    with _connect(setup.sasl_ssl, _client_tls(setup.certs)) as conn:
+        assert conn.request(SaslHandshakeRequest(mechanism="SCRAM-SHA-512"), 1).mechanisms == \
+            ["SCRAM-SHA-512", "SCRAM-SHA-256"]  # still the listeners built at start
+    setup.broker.restart(timeout=60)
+    with _connect(setup.sasl_ssl, _client_tls(setup.certs)) as conn:
+        assert conn.request(SaslHandshakeRequest(mechanism="SCRAM-SHA-512"), 1).mechanisms == ["SCRAM-SHA-512"]
+    with _connect(setup.sasl_plain) as conn:  # its listener-prefixed setting still wins
+        assert conn.request(SaslHandshakeRequest(mechanism="PLAIN"), 1).mechanisms == ["PLAIN", "SCRAM-SHA-256"]
