@@ -182,14 +182,16 @@ class Report:
     def rate(self) -> float:
         return self.cases / self.seconds if self.seconds else 0.0
 
-    def problems(self) -> list[str]:
+    def problems(self, *, timed: bool = True) -> list[str]:
+        """Everything that fails the run. ``timed=False`` leaves out probes answered later than 1 s (still
+        failing probes that got no answer): pytest runs must not assert on time on a shared machine."""
         out = []
         if not self.broker_alive:
             out.append("broker process died")
         out += [f"crasher {sig}: {d['case']} {d['hex'][:200]}" for sig, d in self.crashers.items()]
         out += [f"unattributed traceback: {t[:300]}" for t in self.unattributed_tracebacks]
         out += [f"malformed batch accepted: {b}" for b in self.accepted_bad_batches]
-        if self.liveness.get("late", 0) or self.liveness.get("failed", 0):
+        if (timed and self.liveness.get("late", 0)) or self.liveness.get("failed", 0):
             out.append(f"liveness: {self.liveness}")
         for k, v in self.integrity.items():
             if k.endswith("_errors") and v:
@@ -225,6 +227,7 @@ class Report:
 
 def _probe(host: str, port: int, stop: Any, conn: Any) -> None:
     lat: list[float] = []
+    late: list[str] = []  # wall-clock times of probes over the limit, to match with the broker log
     failed = 0
     frame = struct.pack(">i", len(API_VERSIONS_V0)) + API_VERSIONS_V0
     while not stop.is_set():
@@ -235,10 +238,14 @@ def _probe(host: str, port: int, stop: Any, conn: Any) -> None:
                 (size,) = struct.unpack(">i", _recv(s, 4))
                 _recv(s, size)
             lat.append(time.monotonic() - t0)
+            if lat[-1] > LIVENESS_LIMIT and len(late) < 50:
+                late.append(time.strftime("%H:%M:%S", time.gmtime(time.time() - lat[-1])) + f" {lat[-1]:.2f}s")
         except OSError:
             failed += 1
+            if len(late) < 50:
+                late.append(time.strftime("%H:%M:%S", time.gmtime()) + " failed")
         stop.wait(0.1)
-    conn.send((lat, failed))
+    conn.send((lat, failed, late))
     conn.close()
 
 
@@ -262,7 +269,7 @@ class Liveness:
 
     def finish(self) -> dict[str, Any]:
         self.stop_ev.set()
-        lat, failed = self.recv.recv() if self.recv.poll(30) else ([], -1)
+        lat, failed, late = self.recv.recv() if self.recv.poll(30) else ([], -1, [])
         self.proc.join(10)
         lat.sort()
 
@@ -271,7 +278,7 @@ class Liveness:
 
         return {"probes": len(lat), "failed": failed, "p50_ms": pct(0.5), "p99_ms": pct(0.99),
                 "max_ms": round(lat[-1] * 1000, 1) if lat else -1.0,
-                "late": sum(1 for x in lat if x > LIVENESS_LIMIT)}
+                "late": sum(1 for x in lat if x > LIVENESS_LIMIT), "late_at_utc": late[:10]}
 
 
 # --- broker log watcher ---------------------------------------------------------------------------

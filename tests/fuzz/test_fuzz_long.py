@@ -9,6 +9,7 @@ found.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,8 @@ import pytest
 from tests.fuzz.harness import campaign
 from tests.fuzz.test_fuzz_slice import _unknown_problems
 
-CASES = 1_000_000
+# The environment knob only exists to smoke-test this file quickly; the default is the real run.
+CASES = int(os.environ.get("KBROKER_FUZZ_LONG_CASES", "1000000"))
 
 
 @pytest.mark.slow
