@@ -59,6 +59,7 @@ class Broker:
         self.bound: list[tuple[str, int]] = []
         self._reserved = 0  # partitions of creations between their limit check and metadata write
         self.cluster: Any = None  # cluster.node.ClusterNode in cluster mode
+        self.metrics_endpoint: Any = None  # broker.metrics.endpoint.MetricsEndpoint when configured
 
     # --- configuration helpers ---------------------------------------------------------------
 
@@ -127,6 +128,11 @@ class Broker:
         if self.group_coordinator is not None:
             await self.group_coordinator.start()
         self.bound = await self.server.start()
+        if listener := self.config.get("kbroker.prometheus.listener"):
+            from broker.metrics.endpoint import MetricsEndpoint
+
+            self.metrics_endpoint = MetricsEndpoint(self, listener)
+            await self.metrics_endpoint.start()
         if advertised.port == 0 and self.bound:
             # Ephemeral listener port: advertise what was actually bound.
             self.metadata.brokers()[0].port = self.bound[0][1]
@@ -352,6 +358,8 @@ class Broker:
         # broker.cli) bounds the rest.
         await self.replica_manager.cancel_creations()
         await self.server.stop()
+        if self.metrics_endpoint is not None:
+            await self.metrics_endpoint.stop()
         await self.txn_coordinator.stop()
         if self.group_coordinator is not None:
             await self.group_coordinator.stop()

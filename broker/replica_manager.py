@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
+from broker.metrics.stats import BrokerTopicStats
 from protocol.errors import ErrorCode, KafkaError
 from storage import batch as B
 from storage import record_validation as RV
@@ -168,6 +169,7 @@ class ReplicaManager:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._creating: dict[str, asyncio.Task[None]] = {}  # topic -> its creation job
         self._deleting: dict[str, asyncio.Task[None]] = {}  # topic -> the job deleting its files
+        self.topic_stats = BrokerTopicStats()  # messages / bytes in and out, for broker.metrics
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -341,6 +343,7 @@ class ReplicaManager:
         if job is not None:
             job.cancel()
         lm = self.broker.log_manager
+        self.topic_stats.remove_topic(topic)
         logs = []
         for key in [k for k in self.partitions if k[0] == topic]:
             part = self.partitions.pop(key)
@@ -451,6 +454,7 @@ class ReplicaManager:
                 raise
             return AppendOutcome(error=ErrorCode(code), message=str(e), log_start_offset=lg.log_start_offset)
         part.wake_waiters()
+        self.topic_stats.on_append(part.topic, len(buf), sum(x.records_count for x in headers))
         return AppendOutcome(base_offset=result.first_offset, log_append_time=result.log_append_time,
                              log_start_offset=lg.log_start_offset, flush_due=result.flush_due)
 

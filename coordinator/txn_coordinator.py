@@ -86,6 +86,7 @@ class TransactionCoordinator:
         self.segment_bytes = str(config.get("transaction.state.log.segment.bytes"))
         self.coordinator_epoch = 0
         self.txns: dict[str, TxnMetadata] = {}
+        self.timed_out_aborts = 0  # transactions aborted for their timeout (a metric, broker.metrics)
         self._loaded: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._timers: list[asyncio.Task[None]] = []
@@ -474,6 +475,7 @@ class TransactionCoordinator:
             if md.state == TxnState.ONGOING and md.pending is None and md.start_ms + md.timeout_ms < now:
                 log.info("aborting transaction %s (producer %d epoch %d): timed out after %d ms",
                          md.transactional_id, md.producer_id, md.producer_epoch, md.timeout_ms)
+                self.timed_out_aborts += 1
                 await self._begin_end(md, commit=False, bump_epoch=True)
 
     async def remove_expired_ids(self, now_ms: int | None = None) -> None:

@@ -275,6 +275,9 @@ _BROKER_DEFS: list[ConfigDef] = [
        "kbroker extension: how long a stop (SIGTERM/SIGINT) may take. Past it the process logs an error and "
        "exits with code 1 without a clean-shutdown marker (the next start recovers the logs).",
        at_least(1)),
+    _b("kbroker.prometheus.listener", "string", None,
+       "kbroker extension: where to serve Prometheus metrics, as http://HOST:PORT (e.g. http://127.0.0.1:9404; "
+       "GET /metrics). Unset: no metrics endpoint. Names follow Strimzi's JMX-exporter rules (docs/operations.md)."),
     # --- cluster mode (etcd; cluster/ and docs/cluster-design.md)
     _b("kbroker.etcd.endpoints", "string", None,
        "kbroker extension: comma-separated etcd URLs (http://host:port). When set the broker runs in cluster "

@@ -147,7 +147,21 @@ async def handle_fetch(ctx: RequestContext, request) -> RawResponse:
             results, total, errors = _read(items, max_bytes, isolation)
             if errors:
                 break
+    _count_bytes_out(ctx, request, items, results)
     return _build_response(v, items, results)
+
+
+def _count_bytes_out(ctx: RequestContext, request, items: list[_Item], results: list[_Result]) -> None:
+    """BytesOutPerSec: the record batches sent to consumers (Kafka counts a follower's fetches
+    as replication bytes instead, which kbroker does not meter yet)."""
+    state = getattr(request, "replica_state", None)
+    replica = state.replica_id if state is not None else getattr(request, "replica_id", -1)
+    if replica is not None and replica >= 0:
+        return
+    stats = ctx.broker.replica_manager.topic_stats
+    for it, r in zip(items, results, strict=True):
+        if it.part is not None and r.records:
+            stats.on_fetch(it.part.topic, len(r.records))
 
 
 def _build_response(v: int, items: list[_Item], results: list[_Result]) -> RawResponse:
