@@ -25,7 +25,8 @@ install: $(STAMP)
 
 install-test: $(TEST_STAMP) tools
 
-# Client tools used by the compatibility tests: kcat (Debian) and kafkajs (npm); etcd (Debian etcd-server) for tests/cluster/.
+# Client tools used by the compatibility tests: kcat (Debian) and kafkajs (npm); etcd (Debian etcd-server) for tests/cluster/;
+# promtool (Debian prometheus) for tests/integration/test_metrics.py.
 tools:
 	@command -v kcat >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && apt-get install -y -qq kcat) >/dev/null; \
@@ -33,6 +34,9 @@ tools:
 	@command -v etcd >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && apt-get install -y -qq etcd-server) >/dev/null; \
 	  else echo "note: etcd not installed (apt-get install etcd-server); the cluster tests skip locally and fail under CI"; fi; }
+	@command -v promtool >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && apt-get install -y -qq prometheus) >/dev/null; \
+	  else echo "note: promtool not installed (apt-get install prometheus); the metrics lint test skips locally and fails under CI"; fi; }
 	@if command -v npm >/dev/null 2>&1 && [ -f $(JS_DIR)/package-lock.json ] && [ ! -d $(JS_DIR)/node_modules ]; then \
 	  cd $(JS_DIR) && npm ci --silent --no-audit --no-fund; fi
 
