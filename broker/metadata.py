@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from protocol.errors import ErrorCode, KafkaError
+from security import quotas as client_quotas
 from security import scram_credentials as scram
 from security.authorizer import AclBinding
 from storage.checkpoints import atomic_write_bytes
@@ -200,6 +201,15 @@ class MetadataStore(ABC):
         """Add ``creations`` (already present ones are kept once) and remove ``deletions``, as one change."""
         raise KafkaError(ErrorCode.INVALID_REQUEST, "this metadata store cannot store ACLs")
 
+    # Client quotas (security/quotas.py: entity -> key -> value), so that every broker of a cluster
+    # throttles alike. The mapping returned is replaced, never mutated, on every change.
+    def client_quotas(self) -> client_quotas.Quotas:
+        return {}
+
+    async def alter_client_quotas(self, quotas: client_quotas.Quotas) -> None:
+        """Replace the whole quota map (the handler computes it from the current one)."""
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "this metadata store cannot store client quotas")
+
 
 class LocalMetadataStore(MetadataStore):
     """Single-node metadata persisted as one JSON document (tmp + fsync + rename, in an executor).
@@ -231,6 +241,9 @@ class LocalMetadataStore(MetadataStore):
         # `kbroker users bootstrap` can write before the broker first starts.
         self._scram_path = data_dir / scram.FILE_NAME
         self._scram = scram.decode(self._scram_path.read_bytes()) if self._scram_path.exists() else {}
+        self._quota_path = data_dir / client_quotas.FILE_NAME
+        self._quotas: client_quotas.Quotas = (client_quotas.decode(self._quota_path.read_bytes())
+                                              if self._quota_path.exists() else {})
 
     def _load(self) -> None:
         if self.path.exists():
@@ -459,6 +472,25 @@ class LocalMetadataStore(MetadataStore):
                 log.error("cannot write %s: %s", self._scram_path, e)
                 raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot write SCRAM credentials: {e}") from e
             self._scram = creds
+
+        await self._serialised(change)
+
+    def client_quotas(self) -> client_quotas.Quotas:
+        return self._quotas
+
+    async def alter_client_quotas(self, quotas: client_quotas.Quotas) -> None:
+        async def change() -> None:
+            write = asyncio.get_running_loop().run_in_executor(
+                None, functools.partial(atomic_write_bytes, self._quota_path, client_quotas.encode(quotas)))
+            try:
+                await asyncio.shield(write)
+            except asyncio.CancelledError:
+                await asyncio.wait([write])  # never two writes of the same .tmp file
+                raise
+            except OSError as e:
+                log.error("cannot write %s: %s", self._quota_path, e)
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot write client quotas: {e}") from e
+            self._quotas = quotas
 
         await self._serialised(change)
 

@@ -36,7 +36,9 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.metadata import ApiVersionsResponse
 
-from broker import listener_security
+from broker import client_throttle, listener_security
+from broker.connection_quotas import NAMES as CONNECTION_LIMITS
+from broker.connection_quotas import ConnectionQuotas
 from broker.handlers import HANDLERS, RawResponse, RequestContext
 from broker.handlers.sasl import ANONYMOUS, SaslSession
 from broker.memory_pool import MemoryPool
@@ -51,6 +53,7 @@ from protocol.headers import (
 )
 from protocol.null_check import checker_for
 from protocol.response_summary import error_summary
+from security.quotas import ClientQuotaManager
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -106,12 +109,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._frames: deque[bytearray] = deque()
         self._worker: asyncio.Task[None] | None = None
         self._closed = False
-        self._paused: set[str] = set()  # why reading is paused: "queue" and/or "memory"
+        self._paused: set[str] = set()  # why reading is paused: "queue", "memory", "slot", "throttle"
         self._can_write = asyncio.Event()
         self._can_write.set()
         self._max_frame = self.broker.config.socket_request_max_bytes
         self.last_activity = time.monotonic()
         self._fd = -1  # the socket's descriptor, to ask the kernel how many bytes have arrived
+        self.listener_name = security.listener.name if security is not None else ""
+        # KIP-219: after a response over a byte-rate quota the connection is muted this long; clients of
+        # older versions get the response only after it (_throttle).
+        self._throttle_s = 0.0
+        self._throttle_before_response = False
 
     # --- transport callbacks ----------------------------------------------------------------
 
@@ -126,6 +134,24 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._fd = sock.fileno()
         if self.security is not None and self.security.ssl_context is not None:
             self._ssl_principal(transport)
+        if not self._closed:
+            self.server.conn_quotas.accept(self)  # may hold (max.connections) or close (per IP) it
+
+    def hold(self) -> None:
+        """max.connections reached: read nothing until ConnectionQuotas admits the connection."""
+        self._pause("slot")
+        # uvloop starts reading right after connection_made returns, whatever was paused in it.
+        self.server.loop.call_soon(self._repause)
+
+    def _repause(self) -> None:
+        if self._paused and self.transport is not None and not self._closed:
+            self.transport.pause_reading()
+
+    def admit(self) -> None:
+        if "slot" in self._paused:
+            self._resume("slot")
+            if self._frames:
+                self._frames_ready()
 
     def broker_metadata(self) -> Any:
         return self.broker.metadata
@@ -145,6 +171,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._closed = True
         self._can_write.set()
         self.server.connections.discard(self)
+        self.server.conn_quotas.release(self)
         self.pool.forget(self.id)
         if self._worker is not None and not self._worker.done():
             self._worker.cancel()
@@ -296,6 +323,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.transport.resume_reading()
 
     def _frames_ready(self) -> None:
+        if "slot" in self._paused:
+            return  # read before the hold took effect: handled once admitted
         if self._worker is None or self._worker.done():
             self._worker = self.server.loop.create_task(self._process())
         if len(self._frames) > self.server.max_queued:
@@ -338,6 +367,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 del frame
                 if chunks:
                     out.extend(chunks)
+                if self._throttle_s:
+                    await self._throttle(out)
+                    out = []
                 if self._close_after is not None:
                     # Kafka answers a failed authentication, then closes the connection.
                     await self._write(out)
@@ -357,6 +389,21 @@ class KafkaConnection(asyncio.BufferedProtocol):
         except Exception:
             log.exception("closing connection %s from %s:%s after an unexpected error", self.id, *self.peer)
             self.close()
+
+    async def _throttle(self, out: list[bytes | memoryview]) -> None:
+        """KIP-219 channel muting: nothing more is read or handled on this connection for the
+        throttle time, which starts when the response goes out (Kafka's ThrottledChannel)."""
+        delay, self._throttle_s = self._throttle_s, 0.0
+        self._pause("throttle")
+        try:
+            if self._throttle_before_response:
+                await asyncio.sleep(delay)
+            if out:
+                await self._write(out)
+            if not self._throttle_before_response:
+                await asyncio.sleep(delay)
+        finally:
+            self._resume("throttle")
 
     async def _write(self, chunks: list[bytes | memoryview]) -> None:
         if self._closed or self.transport is None:
@@ -417,6 +464,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
                           self.sasl.principal, self.sasl.mechanism)
         else:
             response = await reg.handler(ctx, request)
+            if key in client_throttle.CLIENT_THROTTLES:
+                response, ms = client_throttle.apply(self.server.quotas, key, version, principal, header.client_id,
+                                                     request, len(frame), response)
+                if ms > 0:
+                    self._throttle_s = ms / 1000
+                    self._throttle_before_response = version < client_throttle.CLIENT_THROTTLES[key]
         self.server.request_stats.record(key, version, time.perf_counter() - t0, response)
         if request_log.isEnabledFor(logging.DEBUG):
             request_log.debug("%s v%d corr=%d client=%s conn=%d from=%s:%s took %.3f ms error=%s principal=%s",
@@ -466,6 +519,13 @@ class KafkaServer:
         self.loop: Any = None
         self._reaper: asyncio.Task[None] | None = None
         self._security: dict[str, listener_security.ListenerSecurity] | None = None
+        config = broker.config
+        self.quotas = ClientQuotaManager(lambda: broker.metadata.client_quotas(), int(config.get("quota.window.num")),
+                                         int(config.get("quota.window.size.seconds")))
+        names = [li.name for li in config.listeners]
+        self.conn_quotas = ConnectionQuotas(config.get, config.originals.get, names,
+                                            config.get("inter.broker.listener.name") or (names[0] if names else None))
+        config.add_change_listener(lambda name, _v: self.conn_quotas.reload() if name in CONNECTION_LIMITS else None)
         self.request_stats = RequestStats()  # per-API counts, errors, latency: broker.metrics
 
     async def start(self) -> list[tuple[str, int]]:

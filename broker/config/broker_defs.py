@@ -77,6 +77,19 @@ _BROKER_DEFS: list[ConfigDef] = [
     _b("connections.max.idle.ms", "long", 600000,
        "Close connections that have had no request in flight and no bytes received or sent for this long.",
        at_least(1)),
+    # --- connection limits and client quotas (broker/connection_quotas.py, security/quotas.py)
+    _b("max.connections", "int", INT_MAX,
+       "Connections the broker holds at once (listener.name.<l>.max.connections per listener, static). At the "
+       "limit new connections wait, unread, until one closes (Kafka stops accepting); the inter-broker listener "
+       "is exempt when there are several listeners.", at_least(0), dynamic=True),
+    _b("max.connections.per.ip", "int", INT_MAX,
+       "Connections allowed from one address; one more is closed at once.", at_least(0), dynamic=True),
+    _b("max.connections.per.ip.overrides", "string", "",
+       "Per-address exceptions to max.connections.per.ip, as host:count,host:count (host names are resolved).",
+       dynamic=True),
+    _b("quota.window.num", "int", 11, "Samples kept to measure client byte rates against their quotas.",
+       at_least(2)),
+    _b("quota.window.size.seconds", "int", 1, "Length of one client-quota sample window.", at_least(1)),
     # --- security (TLS, SASL): security/tls.py, security/sasl.py; each ssl.* / sasl.enabled.mechanisms
     # name may be overridden per listener as listener.name.<listener>.<name>, as in Kafka. Dynamic
     # (per-broker) like Kafka's, but listeners are built at start: a dynamic change applies at the next start.

@@ -107,6 +107,7 @@ HANDLER_MODULES = (
     "features",
     "describe_topic_partitions",
     "acls",
+    "client_quotas",
     "sasl",
     "scram",
 )

@@ -26,6 +26,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
+from broker.client_throttle import max_fetch_bytes
 from broker.handlers import RawResponse, RequestContext, api
 from broker.replica_manager import Partition
 from protocol.errors import ErrorCode
@@ -123,7 +124,7 @@ async def handle_fetch(ctx: RequestContext, request) -> RawResponse:
         return RawResponse(encode_fetch_response(v, ErrorCode.FETCH_SESSION_ID_NOT_FOUND, 0, []))
     items = _resolve(ctx, request)
     isolation = request.isolation_level
-    max_bytes = request.max_bytes
+    max_bytes = max_fetch_bytes(ctx.broker.server.quotas, request, ctx.principal, ctx.client_id)
     results, total, errors = _read(items, max_bytes, isolation)
     if total < request.min_bytes and request.max_wait_ms > 0 and not errors:
         loop = asyncio.get_running_loop()
