@@ -65,6 +65,7 @@ class AclOperation(IntEnum):
     IDEMPOTENT_WRITE = 12
     CREATE_TOKENS = 13
     DESCRIBE_TOKENS = 14
+    TWO_PHASE_COMMIT = 15  # KIP-939 (Kafka 4.1): enable2Pc in InitProducerId
 
 
 class Permission(IntEnum):

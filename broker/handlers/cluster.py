@@ -5,7 +5,8 @@ asking for controllers gets UNSUPPORTED_ENDPOINT_TYPE as from a broker). Describ
 reports every log dir with the size of each partition log in it, offset lag 0 (no replicas
 catching up) and the file system's total/usable bytes (v4+). DescribeCluster answers the cluster's
 authorized operations when asked (broker/authorized_operations.py), Kafka's "not requested"
-INT32_MIN otherwise.
+INT32_MIN otherwise. ACLs (as Kafka): DescribeCluster checks nothing (any principal may ask);
+DescribeLogDirs needs DESCRIBE on the cluster (CLUSTER_AUTHORIZATION_FAILED, no log dirs).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections import defaultdict
 from kafka.protocol.admin import DescribeClusterResponse, DescribeLogDirsResponse
 
 from broker.authorized_operations import as_bitfield, cluster_authorized_operations
-from broker.handlers import RequestContext, api
+from broker.handlers import AclOperation, RequestContext, api
 from protocol.errors import ErrorCode
 
 AUTHORIZED_OPERATIONS_OMITTED = None  # kafka-python "bitfield": encodes as Kafka's INT32_MIN "not requested"
@@ -45,6 +46,9 @@ async def handle_describe_cluster(ctx: RequestContext, request) -> DescribeClust
 @api(35, 1, 4)
 async def handle_describe_log_dirs(ctx: RequestContext, request) -> DescribeLogDirsResponse:
     v = ctx.api_version
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE):
+        return DescribeLogDirsResponse(version=v, throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                       results=[])
     wanted: dict[str, set[int]] | None = None
     if request.topics is not None:
         wanted = {t.topic: set(t.partitions) for t in request.topics}

@@ -20,6 +20,10 @@ cluster level, broker id must be specified: Set(...)"). Deviation: a name Kafka 
 answers INVALID_CONFIG "Unknown broker config name" (Kafka stores any name; kbroker rejects typos).
 Configs kbroker acts on keep kbroker's own dynamic flag (listeners and the thread counts, dynamic
 in Kafka, are read-only here).
+
+ACLs (as KafkaApis): DescribeConfigs needs DESCRIBE_CONFIGS, the alter APIs ALTER_CONFIGS, on the
+topic (TOPIC_AUTHORIZATION_FAILED) or, for broker resources, on the cluster
+(CLUSTER_AUTHORIZATION_FAILED), per resource.
 """
 
 from __future__ import annotations
@@ -39,10 +43,10 @@ from broker.config import (
     validate_topic_configs,
 )
 from broker.config.kafka_broker_configs import DYNAMIC_SECURITY_CONFIGS, KAFKA_BROKER_CONFIGS, PER_BROKER
-from broker.handlers import RequestContext, api
+from broker.handlers import AclOperation, RequestContext, ResourceType, api
 from protocol.errors import ErrorCode, KafkaError
 
-TOPIC, BROKER = 2, 4
+TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 Result = DescribeConfigsResponse.DescribeConfigsResult
@@ -63,6 +67,14 @@ def _check_broker_name(ctx: RequestContext, name: str) -> bool:
                                                 f"string, but received {name}")
 
 
+def _authorize(ctx: RequestContext, op: AclOperation, rtype: int, name: str) -> None:
+    if rtype == TOPIC:
+        if not ctx.authorize(op, ResourceType.TOPIC, name):
+            raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    elif rtype in (BROKER, BROKER_LOGGER) and not ctx.authorize_cluster(op):
+        raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+
+
 def _entries(ctx: RequestContext, rtype: int, name: str) -> list[ConfigEntry]:
     if rtype == TOPIC:
         info = ctx.broker.metadata.get_topic(name)
@@ -80,6 +92,7 @@ async def handle_describe_configs(ctx: RequestContext, request) -> DescribeConfi
     results = []
     for res in request.resources:
         try:
+            _authorize(ctx, AclOperation.DESCRIBE_CONFIGS, res.resource_type, res.resource_name)
             entries = _entries(ctx, res.resource_type, res.resource_name)
             keys = set(res.configuration_keys) if res.configuration_keys is not None else None
             configs = [
@@ -155,6 +168,7 @@ def _validate_broker_configs(props: dict[str, str], cluster_default: bool) -> No
 
 async def _alter(ctx: RequestContext, rtype: int, name: str, ops: list[tuple[str, int, str | None]],
                  replace: bool, validate_only: bool) -> None:
+    _authorize(ctx, AclOperation.ALTER_CONFIGS, rtype, name)
     broker = ctx.broker
     if rtype == TOPIC:
         info = broker.metadata.get_topic(name)

@@ -6,13 +6,16 @@ Utils.abs(String.hashCode) % partitions); the coordinator is that partition's le
 internal topic is created on the first lookup, as in Kafka. v4+ batches several keys. While a
 coordinator partition is still loading the answer is COORDINATOR_NOT_AVAILABLE; an unknown key
 type gets INVALID_REQUEST; SHARE (2) is not supported.
+
+ACLs (as KafkaApis): DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) or on the transactional id
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED), per key, before anything else is looked at.
 """
 
 from __future__ import annotations
 
 from kafka.protocol.metadata import FindCoordinatorResponse
 
-from broker.handlers import RequestContext, api
+from broker.handlers import AclOperation, RequestContext, ResourceType, api
 from protocol.errors import ErrorCode, KafkaError
 
 GROUP, TRANSACTION = 0, 1
@@ -25,6 +28,10 @@ async def locate(ctx: RequestContext, key: str | None, key_type: int) -> tuple[i
              TRANSACTION: getattr(broker, "txn_coordinator", None)}.get(key_type)
     if key_type not in (GROUP, TRANSACTION):
         return ErrorCode.INVALID_REQUEST, -1, "", -1, f"Unsupported key type {key_type}"
+    if key_type == GROUP and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, key or ""):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, -1, "", -1, None
+    if key_type == TRANSACTION and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key or ""):
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, "", -1, None
     if coord is None:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1, "coordinator not available"
     if key is None or (key_type == TRANSACTION and key == ""):

@@ -16,6 +16,9 @@ KRaftMetadataCache.getTopicMetadataForDescribeTopicResponse:
 - ``topic_authorized_operations`` is filled for every answered topic (errors included): there is no
   "include" flag in this API.
 
+- ACLs (as Kafka): every topic needs DESCRIBE; with an empty list the others are left out, a named
+  one answers TOPIC_AUTHORIZATION_FAILED in its sorted place.
+
 Partition state (leader, leader epoch, replicas, ISR) is read from the MetadataStore, as Metadata
 reads it; offline replicas are the replicas whose broker is not registered. Eligible leader
 replicas and last known ELR are empty lists, as Kafka answers with ELR disabled.
@@ -27,7 +30,7 @@ import uuid
 
 from kafka.protocol.admin import DescribeTopicPartitionsResponse
 
-from broker.authorized_operations import OMITTED, ResourceType, authorized_operations
+from broker.authorized_operations import OMITTED, AclOperation, ResourceType, authorized_operations
 from broker.config import ConfigError
 from broker.handlers import RequestContext, api
 from broker.metadata import INTERNAL_TOPICS, MetadataStore, TopicInfo, validate_topic_name
@@ -86,6 +89,9 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request) -> Desc
     fetch_all = not request.topics
     candidates = md.topics().keys() if fetch_all else {t.name for t in request.topics}
     names = sorted(n for n in candidates if n >= cursor_topic)
+    described = ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, names)
+    if fetch_all:
+        names = [n for n in names if n in described]
     if not fetch_all and cursor is not None and cursor_topic not in names:
         # Kafka throws InvalidRequestException here; the request's error response covers every topic.
         return R(version=0, throttle_time_ms=0, next_cursor=None, topics=[
@@ -103,6 +109,9 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request) -> Desc
             break
         if remaining < 0:
             break
+        if name not in described:
+            topics.append(_error_topic(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            continue
         info = md.get_topic(name)
         if info is None:
             if not fetch_all:
@@ -122,5 +131,6 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request) -> Desc
             break
         remaining -= len(parts)
     for t in topics:
-        t.topic_authorized_operations = authorized_operations(ctx, ResourceType.TOPIC, t.name)
+        if t.error_code != ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+            t.topic_authorized_operations = authorized_operations(ctx, ResourceType.TOPIC, t.name)
     return R(version=0, throttle_time_ms=0, topics=topics, next_cursor=next_cursor)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from kafka.protocol.admin import UpdateFeaturesResponse
 
 from broker.features import SUPPORTED_FEATURES
-from broker.handlers import RequestContext, api
+from broker.handlers import AclOperation, RequestContext, api
 from protocol.errors import ErrorCode
 
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
@@ -49,6 +49,12 @@ async def handle_update_features(ctx: RequestContext, request) -> UpdateFeatures
     current = md.finalized_features()
     updates: dict[str, int] = {}
     error, message = ErrorCode.NONE, None
+    if not ctx.authorize_cluster(AclOperation.ALTER):  # ACLs: ALTER on the cluster, as Kafka's controller
+        R = UpdateFeaturesResponse.UpdatableFeatureResult
+        code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return UpdateFeaturesResponse(version=v, throttle_time_ms=0, error_code=code, error_message=None, results=[
+            R(version=v, feature=u.feature, error_code=code, error_message=None)
+            for u in request.feature_updates] if v <= 1 else [])
     for u in request.feature_updates:
         if v == 0:
             kind = SAFE_DOWNGRADE if u.allow_downgrade else UPGRADE

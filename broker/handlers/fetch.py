@@ -12,6 +12,10 @@ Errors per partition: UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID (v13+ topic 
 OFFSET_OUT_OF_RANGE, FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH for a mismatching
 current_leader_epoch.
 
+ACLs (as KafkaApis): a consumer needs READ on each topic, a follower (replica id >= 0)
+CLUSTER_ACTION on the cluster; denied partitions answer TOPIC_AUTHORIZATION_FAILED and the others
+are served.
+
 Fetch sessions (KIP-227): kbroker does not create sessions. A full fetch (session id 0) is
 answered with session id 0, which tells the client that no session was created, so it keeps
 sending full requests; an incremental fetch naming a session gets FETCH_SESSION_ID_NOT_FOUND.
@@ -24,10 +28,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.client_throttle import max_fetch_bytes
-from broker.handlers import RawResponse, RequestContext, api
+from broker.handlers import AclOperation, RawResponse, RequestContext, ResourceType, api
 from broker.replica_manager import Partition
 from protocol.errors import ErrorCode
 from protocol.fast_codecs import FetchPartitionOut, encode_fetch_response
@@ -62,6 +67,7 @@ def _resolve(ctx: RequestContext, request) -> list[_Item]:
     md = ctx.broker.metadata
     rm = ctx.broker.replica_manager
     use_ids = ctx.api_version >= 13
+    may_read = _may_read(ctx, request)
     items = []
     for t in request.topics:
         if use_ids:
@@ -71,8 +77,10 @@ def _resolve(ctx: RequestContext, request) -> list[_Item]:
         else:
             name = t.topic
             missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        denied = name is not None and not may_read(name)
         for p in t.partitions:
-            part, code = rm.get_leader(name, p.partition) if name is not None else (None, missing)
+            part, code = (rm.get_leader(name, p.partition) if name is not None and not denied else
+                          (None, ErrorCode.TOPIC_AUTHORIZATION_FAILED if denied else missing))
             item = _Item(name, getattr(t, "topic_id", None), p.partition, p.fetch_offset, p.partition_max_bytes,
                          p.current_leader_epoch, part)
             if part is None:
@@ -82,6 +90,15 @@ def _resolve(ctx: RequestContext, request) -> list[_Item]:
                               else ErrorCode.UNKNOWN_LEADER_EPOCH)
             items.append(item)
     return items
+
+
+def _may_read(ctx: RequestContext, request) -> Callable[[str], bool]:
+    state = getattr(request, "replica_state", None)
+    replica = state.replica_id if state is not None else getattr(request, "replica_id", -1)
+    if replica is not None and replica >= 0:
+        follower_ok = ctx.authorize_cluster(AclOperation.CLUSTER_ACTION)
+        return lambda _name: follower_ok
+    return lambda name: ctx.authorize(AclOperation.READ, ResourceType.TOPIC, name)
 
 
 def _read(items: list[_Item], max_bytes: int, isolation: int) -> tuple[list[_Result], int, bool]:

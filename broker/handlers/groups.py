@@ -12,6 +12,14 @@ Partitions of topics that do not exist get UNKNOWN_TOPIC_OR_PARTITION on commit,
 request handling; everything else is decided by the coordinator. DescribeGroups (v3+) and
 ConsumerGroupDescribe answer a group's authorized operations when asked and the group was
 described without error (KafkaApis), from broker/authorized_operations.py.
+
+ACLs (as KafkaApis): JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ConsumerGroupHeartbeat and
+OffsetCommit need READ on the group (GROUP_AUTHORIZATION_FAILED); OffsetFetch DESCRIBE on the group;
+OffsetDelete and DeleteGroups DELETE; DescribeGroups / ConsumerGroupDescribe DESCRIBE per group.
+OffsetCommit and OffsetDelete need READ on each topic, OffsetFetch DESCRIBE (a fetch of all offsets
+leaves the others out), ConsumerGroupHeartbeat DESCRIBE on each subscribed topic name
+(TOPIC_AUTHORIZATION_FAILED). ListGroups lists every group with DESCRIBE on the cluster, otherwise
+the groups the principal may DESCRIBE.
 """
 
 from __future__ import annotations
@@ -27,7 +35,13 @@ from kafka.protocol.consumer import (
     SyncGroupResponse,
 )
 
-from broker.authorized_operations import OMITTED, ResourceType, as_bitfield, authorized_operations
+from broker.authorized_operations import (
+    OMITTED,
+    AclOperation,
+    ResourceType,
+    as_bitfield,
+    authorized_operations,
+)
 from broker.handlers import RequestContext, api
 from protocol.consumer_group_api import ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse
 from protocol.errors import ErrorCode
@@ -40,6 +54,10 @@ def _group_ops(ctx: RequestContext, asked: bool, error: int, group_id: str) -> i
     if asked and error == E.NONE:
         return authorized_operations(ctx, ResourceType.GROUP, group_id)
     return OMITTED
+
+
+def _group_ok(ctx: RequestContext, op: AclOperation, group_id: str) -> bool:
+    return ctx.authorize(op, ResourceType.GROUP, group_id)
 
 
 def _gc(ctx: RequestContext):
@@ -69,6 +87,8 @@ async def handle_join_group(ctx: RequestContext, request) -> JoinGroupResponse:
 
     if gc is None:
         return response(E.COORDINATOR_NOT_AVAILABLE)
+    if not _group_ok(ctx, AclOperation.READ, request.group_id):
+        return response(E.GROUP_AUTHORIZATION_FAILED)
     result = await gc.join_group(
         request.group_id, request.member_id, request.group_instance_id if v >= 5 else None,
         request.protocol_type, [(p.name, bytes(p.metadata)) for p in request.protocols],
@@ -90,9 +110,9 @@ async def handle_join_group(ctx: RequestContext, request) -> JoinGroupResponse:
 async def handle_sync_group(ctx: RequestContext, request) -> SyncGroupResponse:
     v = ctx.api_version
     gc = _gc(ctx)
-    if gc is None:
-        return SyncGroupResponse(version=v, throttle_time_ms=0, error_code=E.COORDINATOR_NOT_AVAILABLE,
-                                 protocol_type=None, protocol_name=None, assignment=b"")
+    if gc is None or not _group_ok(ctx, AclOperation.READ, request.group_id):
+        return SyncGroupResponse(version=v, throttle_time_ms=0, protocol_type=None, protocol_name=None, assignment=b"",
+                                 error_code=E.COORDINATOR_NOT_AVAILABLE if gc is None else E.GROUP_AUTHORIZATION_FAILED)
     result = await gc.sync_group(
         request.group_id, request.generation_id, request.member_id, request.group_instance_id if v >= 3 else None,
         request.protocol_type if v >= 5 else None, request.protocol_name if v >= 5 else None,
@@ -107,7 +127,8 @@ async def handle_sync_group(ctx: RequestContext, request) -> SyncGroupResponse:
 async def handle_heartbeat(ctx: RequestContext, request) -> HeartbeatResponse:
     v = ctx.api_version
     gc = _gc(ctx)
-    code = E.COORDINATOR_NOT_AVAILABLE if gc is None else gc.heartbeat(
+    code = E.COORDINATOR_NOT_AVAILABLE if gc is None else E.GROUP_AUTHORIZATION_FAILED \
+        if not _group_ok(ctx, AclOperation.READ, request.group_id) else gc.heartbeat(
         request.group_id, request.generation_id, request.member_id, request.group_instance_id if v >= 3 else None)
     return HeartbeatResponse(version=v, throttle_time_ms=0, error_code=code)
 
@@ -124,6 +145,8 @@ async def handle_leave_group(ctx: RequestContext, request) -> LeaveGroupResponse
         reason = None
     if gc is None:
         top, codes = E.COORDINATOR_NOT_AVAILABLE, []
+    elif not _group_ok(ctx, AclOperation.READ, request.group_id):
+        top, codes = E.GROUP_AUTHORIZATION_FAILED, []
     else:
         top, codes = gc.leave_group(request.group_id, members, reason)
     if v < 3:
@@ -150,9 +173,15 @@ async def handle_offset_commit(ctx: RequestContext, request) -> OffsetCommitResp
                p.committed_metadata) for t in request.topics for p in t.partitions]
     errors: dict[tuple[str, int], int] = {}
     offsets = {}
+    group_ok = _group_ok(ctx, AclOperation.READ, request.group_id)
+    readable = ctx.authorized(AclOperation.READ, ResourceType.TOPIC, (w[0] for w in wanted)) if group_ok else set()
     for topic, part, offset, epoch, metadata in wanted:
         if gc is None:
             errors[(topic, part)] = E.COORDINATOR_NOT_AVAILABLE
+        elif not group_ok:
+            errors[(topic, part)] = E.GROUP_AUTHORIZATION_FAILED
+        elif topic not in readable:
+            errors[(topic, part)] = E.TOPIC_AUTHORIZATION_FAILED
         elif not _partition_exists(ctx, topic, part):
             errors[(topic, part)] = E.UNKNOWN_TOPIC_OR_PARTITION
         else:
@@ -172,7 +201,8 @@ async def handle_offset_commit(ctx: RequestContext, request) -> OffsetCommitResp
 
 
 def _fetch_group(gc, group_id: str, topics, require_stable: bool, member_id: str | None = None,
-                 member_epoch: int = -1) -> tuple[int, dict[str, list[tuple[int, int, int, str, int]]]]:
+                 member_epoch: int = -1, ctx: RequestContext | None = None
+                 ) -> tuple[int, dict[str, list[tuple[int, int, int, str, int]]]]:
     """(group error, topic -> [(partition, offset, leader epoch, metadata, error)])."""
     if topics is None:
         partitions = None
@@ -180,15 +210,34 @@ def _fetch_group(gc, group_id: str, topics, require_stable: bool, member_id: str
         partitions = [(t.name, p) for t in topics for p in t.partition_indexes]
     if gc is None:
         return E.COORDINATOR_NOT_AVAILABLE, {}
+    if ctx is not None and not _group_ok(ctx, AclOperation.DESCRIBE, group_id):
+        err = E.GROUP_AUTHORIZATION_FAILED
+        rows = [(tp, -1, -1, "", err) for tp in partitions] if partitions is not None else []
+        return err, _by_topic(rows)
+    hidden: set[str] = set()
+    if ctx is not None and partitions is not None:
+        names = {tp[0] for tp in partitions}
+        hidden = names - ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, names)
+        partitions = [tp for tp in partitions if tp[0] not in hidden]
     err, rows = gc.fetch_offsets(group_id, partitions, require_stable=require_stable, member_id=member_id,
                                  member_epoch=member_epoch)
+    if ctx is not None and topics is None:  # all offsets: leave out the topics that may not be described
+        shown = ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, {tp[0] for tp, *_ in rows})
+        rows = [r for r in rows if r[0][0] in shown]
+    if hidden and not err:
+        rows = [*rows, *(((t.name, p), -1, -1, "", E.TOPIC_AUTHORIZATION_FAILED)
+                         for t in topics if t.name in hidden for p in t.partition_indexes)]
     if err and partitions is not None:
         # Older versions carry no group-level error: report it on every partition.
         rows = [(tp, -1, -1, "", err) for tp in partitions]
+    return err, _by_topic(rows)
+
+
+def _by_topic(rows) -> dict[str, list[tuple[int, int, int, str, int]]]:
     by_topic: dict[str, list[tuple[int, int, int, str, int]]] = {}
     for (topic, part), offset, epoch, metadata, code in rows:
         by_topic.setdefault(topic, []).append((part, offset, epoch, metadata, code))
-    return err, by_topic
+    return by_topic
 
 
 @api(9, 1, 9)
@@ -203,7 +252,7 @@ async def handle_offset_fetch(ctx: RequestContext, request) -> OffsetFetchRespon
         groups = []
         for g in request.groups:
             err, by_topic = _fetch_group(gc, g.group_id, g.topics, require_stable,
-                                         g.member_id if v >= 9 else None, g.member_epoch if v >= 9 else -1)
+                                         g.member_id if v >= 9 else None, g.member_epoch if v >= 9 else -1, ctx)
             topics = [T(version=v, name=name, partitions=[
                 P(version=v, partition_index=p, committed_offset=o, committed_leader_epoch=e, metadata=m, error_code=c)
                 for p, o, e, m, c in rows]) for name, rows in by_topic.items()] if not err else []
@@ -212,7 +261,7 @@ async def handle_offset_fetch(ctx: RequestContext, request) -> OffsetFetchRespon
     T = OffsetFetchResponse.OffsetFetchResponseTopic
     P = T.OffsetFetchResponsePartition
     topics_req = request.topics if v >= 2 else (request.topics or [])
-    err, by_topic = _fetch_group(gc, request.group_id, topics_req, require_stable)
+    err, by_topic = _fetch_group(gc, request.group_id, topics_req, require_stable, ctx=ctx)
     topics = [T(version=v, name=name, partitions=[
         P(version=v, partition_index=p, committed_offset=o, committed_leader_epoch=e, metadata=m, error_code=c)
         for p, o, e, m, c in rows]) for name, rows in by_topic.items()]
@@ -230,9 +279,15 @@ async def handle_offset_delete(ctx: RequestContext, request) -> OffsetDeleteResp
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     if gc is None:
         err, results = E.COORDINATOR_NOT_AVAILABLE, {}
+    elif not _group_ok(ctx, AclOperation.DELETE, request.group_id):
+        err, results = E.GROUP_AUTHORIZATION_FAILED, {}
     else:
-        existing = [tp for tp in wanted if _partition_exists(ctx, *tp)]
+        readable = ctx.authorized(AclOperation.READ, ResourceType.TOPIC, (tp[0] for tp in wanted))
+        existing = [tp for tp in wanted if tp[0] in readable and _partition_exists(ctx, *tp)]
         err, results = await gc.delete_offsets(request.group_id, existing)
+        for tp in wanted:
+            if tp[0] not in readable:
+                results.setdefault(tp, E.TOPIC_AUTHORIZATION_FAILED)
         for tp in wanted:
             results.setdefault(tp, E.UNKNOWN_TOPIC_OR_PARTITION)
     T = OffsetDeleteResponse.OffsetDeleteResponseTopic
@@ -256,6 +311,9 @@ async def handle_list_groups(ctx: RequestContext, request) -> ListGroupsResponse
         return ListGroupsResponse(version=v, throttle_time_ms=0, error_code=E.COORDINATOR_NOT_AVAILABLE, groups=[])
     err, listings = gc.list_groups(request.states_filter if v >= 4 else None,
                                    request.types_filter if v >= 5 else None)
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE):
+        shown = ctx.authorized(AclOperation.DESCRIBE, ResourceType.GROUP, (g.group_id for g in listings))
+        listings = [g for g in listings if g.group_id in shown]
     L = ListGroupsResponse.ListedGroup
     return ListGroupsResponse(version=v, throttle_time_ms=0, error_code=err, groups=[
         L(version=v, group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type=g.group_type)
@@ -271,8 +329,9 @@ async def handle_describe_groups(ctx: RequestContext, request) -> DescribeGroups
     asked = v >= 3 and request.include_authorized_operations
     out = []
     for group_id in request.groups:
-        if gc is None:
-            d_err, state, ptype, proto, members = E.COORDINATOR_NOT_AVAILABLE, "", "", "", []
+        if gc is None or not _group_ok(ctx, AclOperation.DESCRIBE, group_id):
+            d_err = E.COORDINATOR_NOT_AVAILABLE if gc is None else E.GROUP_AUTHORIZATION_FAILED
+            state, ptype, proto, members = "", "", "", []
             message = None
         else:
             d = gc.describe_group(group_id)
@@ -297,7 +356,10 @@ async def handle_delete_groups(ctx: RequestContext, request) -> DeleteGroupsResp
     v = ctx.api_version
     gc = _gc(ctx)
     names = list(request.groups_names)
-    results = dict.fromkeys(names, E.COORDINATOR_NOT_AVAILABLE) if gc is None else await gc.delete_groups(names)
+    deletable = ctx.authorized(AclOperation.DELETE, ResourceType.GROUP, names)
+    results = dict.fromkeys(names, E.GROUP_AUTHORIZATION_FAILED)
+    results.update(dict.fromkeys(deletable, E.COORDINATOR_NOT_AVAILABLE) if gc is None else
+                   await gc.delete_groups([n for n in names if n in deletable]) if deletable else {})
     R = DeleteGroupsResponse.DeletableGroupResult
     return DeleteGroupsResponse(version=v, throttle_time_ms=0, results=[
         R(version=v, group_id=n, error_code=results[n]) for n in names])
@@ -331,6 +393,13 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request) -> Consu
     R = ConsumerGroupHeartbeatResponse
     if gc is None:
         return R(version=v, throttle_time_ms=0, error_code=E.COORDINATOR_NOT_AVAILABLE, error_message=None,
+                 member_id=None, member_epoch=-1, heartbeat_interval_ms=0, assignment=None)
+    denied = E.GROUP_AUTHORIZATION_FAILED if not _group_ok(ctx, AclOperation.READ, request.group_id) else \
+        E.TOPIC_AUTHORIZATION_FAILED if request.subscribed_topic_names and len(ctx.authorized(
+            AclOperation.DESCRIBE, ResourceType.TOPIC, request.subscribed_topic_names)) < \
+        len(set(request.subscribed_topic_names)) else E.NONE
+    if denied:
+        return R(version=v, throttle_time_ms=0, error_code=denied, error_message=None,
                  member_id=None, member_epoch=-1, heartbeat_interval_ms=0, assignment=None)
     owned = None if request.topic_partitions is None else [
         (tp.topic_id, list(tp.partitions)) for tp in request.topic_partitions]
@@ -374,6 +443,8 @@ async def handle_consumer_group_describe(ctx: RequestContext, request) -> Consum
     for group_id in request.group_ids:
         if gc is None:
             err, msg, group = E.COORDINATOR_NOT_AVAILABLE, None, None
+        elif not _group_ok(ctx, AclOperation.DESCRIBE, group_id):
+            err, msg, group = E.GROUP_AUTHORIZATION_FAILED, None, None
         else:
             err, msg, group = gc.consumer_group_describe(group_id)
         if group is None:

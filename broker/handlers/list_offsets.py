@@ -13,6 +13,8 @@ when that batch cannot be decoded, the answer is best effort at batch granularit
 line and never a traceback: MAX_TIMESTAMP answers the offset the segment recorded for its max
 timestamp (the last offset of its batch), a timestamp lookup the base offset and max timestamp of
 the first batch whose max timestamp reaches the target.
+
+ACLs (as KafkaApis): DESCRIBE on each topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import logging
 
 from kafka.protocol.consumer import ListOffsetsResponse
 
-from broker.handlers import RequestContext, api
+from broker.handlers import AclOperation, RequestContext, ResourceType, api
 from protocol.errors import ErrorCode
 
 TopicResp = ListOffsetsResponse.ListOffsetsTopicResponse
@@ -111,10 +113,12 @@ async def handle_list_offsets(ctx: RequestContext, request) -> ListOffsetsRespon
     rm = ctx.broker.replica_manager
     isolation = request.isolation_level if v >= 2 else 0
     topics = []
+    described = ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in request.topics))
     for t in request.topics:
         parts = []
         for p in t.partitions:
-            part, missing = rm.get_leader(t.name, p.partition_index)
+            part, missing = (rm.get_leader(t.name, p.partition_index) if t.name in described
+                             else (None, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
             code, off, ts, epoch = ErrorCode.NONE, -1, -1, -1
             if part is None:
                 code = missing

@@ -8,6 +8,10 @@ answers LEADER_NOT_AVAILABLE until the new leader is elected, kbroker creates sy
 answers with the topic ready. Authorized operations (v8+ topics, v8-10 cluster) are answered when
 asked, from broker/authorized_operations.py, for every topic entry that has a name (errors included,
 as KafkaApis does); otherwise Kafka's "not requested" value.
+
+ACLs (as KafkaApis): a request for every topic lists only the topics the principal may DESCRIBE;
+a named topic (or topic id) it may not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED; auto-creation
+needs CREATE on the cluster or on the topic (TOPIC_AUTHORIZATION_FAILED otherwise).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 from kafka.protocol.metadata import MetadataResponse
 
 from broker.authorized_operations import (
+    AclOperation,
     ResourceType,
     as_bitfield,
     authorized_operations,
@@ -58,15 +63,22 @@ async def handle_metadata(ctx: RequestContext, request) -> MetadataResponse:
     topics: list[Topic] = []
     requested = request.topics
     if requested is None or (v == 0 and not requested):
-        topics = [topic_metadata(ctx, info, v) for info in md.topics().values()]
+        visible = ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, md.topics())
+        topics = [topic_metadata(ctx, info, v) for info in md.topics().values() if info.name in visible]
     else:
         allow_auto = (request.allow_auto_topic_creation if v >= 4 else True) and broker.config.auto_create_topics_enable
         for t in requested:
             name = t.name
             if name is None and getattr(t, "topic_id", None) is not None:
                 info = md.get_topic_by_id(t.topic_id)
+                if info is not None and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, info.name):
+                    topics.append(error_topic(None, ErrorCode.TOPIC_AUTHORIZATION_FAILED, v, t.topic_id))
+                    continue
                 topics.append(topic_metadata(ctx, info, v) if info else
                               error_topic(None, ErrorCode.UNKNOWN_TOPIC_ID, v, t.topic_id))
+                continue
+            if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+                topics.append(error_topic(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED, v))
                 continue
             info = md.get_topic(name)
             if info is None:
@@ -76,6 +88,10 @@ async def handle_metadata(ctx: RequestContext, request) -> MetadataResponse:
                     topics.append(error_topic(name, e.code, v))
                     continue
                 if allow_auto and not name.startswith("__"):
+                    if not (ctx.authorize_cluster(AclOperation.CREATE)
+                            or ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, name)):
+                        topics.append(error_topic(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED, v))
+                        continue
                     try:
                         md.check_collision(name)
                         info = await broker.create_topic(name, broker.config.num_partitions, {})

@@ -32,16 +32,23 @@ Transactions: a transactional batch must target a partition of the producer's on
 transaction (KIP-890 part 1 verification, in the replica manager). v12 under transaction
 version 2 adds the partitions to the transaction itself first (broker/txn_implicit_add.py).
 
+ACLs (as KafkaApis): a request with a transactional id needs WRITE on it, else every partition
+answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED and nothing is appended; each topic needs WRITE, else
+its partitions answer TOPIC_AUTHORIZATION_FAILED (checked before existence) and the others go on.
+Deviation: Kafka checks the transactional id only when the batches are transactional; kbroker
+checks it whenever the request carries one.
+
 Deviation: v13 (topic ids in Produce) is not served yet.
 """
 
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 from kafka.protocol.producer import ProduceResponse
 
-from broker.handlers import RequestContext, api
+from broker.handlers import AclOperation, RequestContext, ResourceType, api
 from broker.metadata import INTERNAL_TOPICS
 from broker.replica_manager import Partition
 from broker.txn_implicit_add import add_produce_partitions
@@ -53,6 +60,26 @@ PartResp = TopicResp.PartitionProduceResponse
 RecordError = PartResp.BatchIndexAndErrorMessage
 
 
+def _all_failed(request, v: int, code: ErrorCode) -> ProduceResponse:
+    if request.acks == 0:  # no response is due: close, as for any failed acks=0 produce
+        from broker.server import CloseConnection
+
+        raise CloseConnection(f"a Produce with acks=0 failed ({code.name}); closing so the producer notices")
+    return ProduceResponse(version=v, throttle_time_ms=0, responses=[
+        TopicResp(version=v, name=td.name, partition_responses=[
+            PartResp(version=v, index=pd.index, error_code=code, base_offset=-1, log_append_time_ms=-1,
+                     log_start_offset=-1, record_errors=[], error_message=None) for pd in td.partition_data])
+        for td in request.topic_data])
+
+
+def _without(request, denied: set[str]):
+    """The request as the transaction's implicit add should see it: without the denied topics."""
+    if not denied:
+        return request
+    return SimpleNamespace(transactional_id=request.transactional_id,
+                           topic_data=[td for td in request.topic_data if td.name not in denied])
+
+
 @api(0, 3, 12, decoder=decode_produce_request)
 async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None:
     v = ctx.api_version
@@ -60,10 +87,15 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
     acks = request.acks
     responses = []
     due: dict[Partition, list] = {}  # partitions whose append reached flush.messages -> their responses
+    if request.transactional_id and not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                                      request.transactional_id):
+        return _all_failed(request, v, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    names = {td.name for td in request.topic_data}
+    denied = names - ctx.authorized(AclOperation.WRITE, ResourceType.TOPIC, names)
     failed = False
     new_leaders: set[int] = set()  # KIP-951 (v10+): leaders named in NOT_LEADER_OR_FOLLOWER answers
     # TV2 (v12): partitions join the transaction here; a refused one is not appended.
-    txn_errors = await add_produce_partitions(ctx.broker, request, v) if request.transactional_id else {}
+    txn_errors = await add_produce_partitions(ctx.broker, _without(request, denied), v) if request.transactional_id else {}
     for td in request.topic_data:
         name = td.name
         parts = []
@@ -72,6 +104,8 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
             record_errors: list = []
             if acks not in (-1, 0, 1):
                 outcome_code, base, lat, lso, msg = ErrorCode.INVALID_REQUIRED_ACKS, -1, -1, -1, None
+            elif name in denied:
+                outcome_code, base, lat, lso, msg = ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1, -1, -1, None
             elif name in INTERNAL_TOPICS:
                 outcome_code, base, lat, lso, msg = (ErrorCode.INVALID_TOPIC_EXCEPTION, -1, -1, -1,
                                                      f"Cannot append to internal topic {name}")

@@ -3,13 +3,14 @@
 Moves a partition's log start offset forward to the requested offset (-1 = the high
 watermark) and deletes whole segments below it; the low watermark returned is the new log start
 offset. An offset above the high watermark -> OFFSET_OUT_OF_RANGE, as in Kafka.
+ACLs (as KafkaApis): DELETE on each topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
 
 from kafka.protocol.admin import DeleteRecordsResponse
 
-from broker.handlers import RequestContext, api
+from broker.handlers import AclOperation, RequestContext, ResourceType, api
 from protocol.errors import ErrorCode
 
 TopicRes = DeleteRecordsResponse.DeleteRecordsTopicResult
@@ -21,12 +22,15 @@ async def handle_delete_records(ctx: RequestContext, request) -> DeleteRecordsRe
     v = ctx.api_version
     rm = ctx.broker.replica_manager
     topics = []
+    deletable = ctx.authorized(AclOperation.DELETE, ResourceType.TOPIC, (t.name for t in request.topics))
     for t in request.topics:
         parts = []
         for p in t.partitions:
-            part = rm.get(t.name, p.partition_index)
+            part = rm.get(t.name, p.partition_index) if t.name in deletable else None
             code, low = ErrorCode.NONE, -1
-            if part is None:
+            if t.name not in deletable:
+                code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif part is None:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 target = part.high_watermark if p.offset == -1 else p.offset

@@ -7,14 +7,14 @@ Validation and errors are Kafka's (ScramControlManager / KRaftMetadataCache.desc
 - Alter: a user altered twice in one request gets DUPLICATE_RESOURCE; an empty name or iterations
   outside 4096..16384 UNACCEPTABLE_CREDENTIAL; an unknown mechanism UNSUPPORTED_SASL_MECHANISM;
   deleting a missing credential RESOURCE_NOT_FOUND. Accepted changes are written together.
-Deviation: no authorization yet (Kafka requires ALTER / DESCRIBE on the Cluster): ACLs are not implemented.
+ACLs (as Kafka): Describe needs DESCRIBE, Alter ALTER on the cluster (CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
 
 from kafka.protocol.admin import AlterUserScramCredentialsResponse, DescribeUserScramCredentialsResponse
 
-from broker.handlers import RequestContext, api
+from broker.handlers import AclOperation, RequestContext, api
 from protocol.errors import ErrorCode
 from security import scram_credentials as scram
 
@@ -25,6 +25,12 @@ async def handle_describe_user_scram_credentials(ctx: RequestContext, request) -
     R = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
     info = R.CredentialInfo
     creds = ctx.broker.metadata.scram_credentials()
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE):
+        code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return DescribeUserScramCredentialsResponse(version=v, throttle_time_ms=0, error_code=code, error_message=None,
+                                                    results=[R(version=v, user=u.name, error_code=code,
+                                                               error_message=None, credential_infos=[])
+                                                             for u in request.users or []])
 
     def described(user: str) -> R:
         return R(version=v, user=user, error_code=0, error_message=None,
@@ -60,6 +66,12 @@ async def handle_alter_user_scram_credentials(ctx: RequestContext, request) -> A
     v = ctx.api_version
     store = ctx.broker.metadata
     ups = list(request.upsertions)
+    if not ctx.authorize_cluster(AclOperation.ALTER):
+        users = dict.fromkeys([d.name for d in request.deletions] + [u.name for u in ups])
+        Res = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
+        return AlterUserScramCredentialsResponse(version=v, throttle_time_ms=0, results=[
+            Res(version=v, user=u, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=None)
+            for u in users])
     results, deletions, accepted = scram.validate_alter(
         [(d.name, d.mechanism) for d in request.deletions],
         [(u.name, u.mechanism, u.iterations) for u in ups], store.scram_credentials())

@@ -15,6 +15,10 @@ whole, every topic with POLICY_VIOLATION (validate_only too). kbroker extension:
 ``kbroker.max.partitions`` refuses, per topic, creations that would take the broker past it.
 Partitions are created in steps off the event loop (ReplicaManager.start_creation); the answer
 is sent once they exist.
+
+ACLs (as KafkaApis): CreateTopics needs CREATE on the cluster or on the topic, DeleteTopics DELETE
+on the topic, CreatePartitions ALTER on the topic; a denied topic answers TOPIC_AUTHORIZATION_FAILED
+(before existence is checked) and the others go on.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from broker.admin_limits import (
     requested_partitions,
 )
 from broker.config import ConfigError, describe_topic_config, validate_topic_configs
-from broker.handlers import RequestContext, api
+from broker.handlers import AclOperation, RequestContext, ResourceType, api
 from broker.metadata import INTERNAL_TOPICS, validate_topic_name
 from protocol.errors import ErrorCode, KafkaError
 
@@ -86,6 +90,7 @@ async def handle_create_topics(ctx: RequestContext, request) -> CreateTopicsResp
     by_name = {t.name: t for t in request.topics}
     planned: list[tuple[CreatableTopicResult, str, int, dict[str, str | None]]] = []
     seen: set[str] = set()
+    may_create_any = ctx.authorize_cluster(AclOperation.CREATE)
     for t in request.topics:
         res = CreatableTopicResult(version=v, name=t.name, topic_id=None, error_code=0, error_message=None,
                                    num_partitions=-1, replication_factor=-1, configs=None)
@@ -94,6 +99,8 @@ async def handle_create_topics(ctx: RequestContext, request) -> CreateTopicsResp
             if t.name in seen:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Create topics request from client contains a duplicate topic: {t.name}")
             seen.add(t.name)
+            if not (may_create_any or ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, t.name)):
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             validate_topic_name(t.name)
             if md.get_topic(t.name) is not None:
                 raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists.")
@@ -168,10 +175,14 @@ async def handle_delete_topics(ctx: RequestContext, request) -> DeleteTopicsResp
                 if info is None:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID)
             else:
+                if name and not ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, name):
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 info = md.get_topic(name) if name else None
                 if info is None:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                      "This server does not host this topic-partition.")
+            if not ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, info.name):
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             if not ctx.broker.config.get("delete.topic.enable"):
                 raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
             if info.internal:
@@ -194,6 +205,8 @@ async def handle_create_partitions(ctx: RequestContext, request) -> CreatePartit
     planned: list[tuple[int, str, int, int, bool]] = []  # (outcome index, topic, new total, added, internal)
     for t in request.topics:
         try:
+            if not ctx.authorize(AclOperation.ALTER, ResourceType.TOPIC, t.name):
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             info = md.check_partition_increase(t.name, t.count)
             if t.assignments is not None:
                 if len(t.assignments) != t.count - info.num_partitions:

@@ -19,6 +19,14 @@ PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH to versions older than KIP
 With ``transaction.version`` below 2 (UpdateFeatures / ``kbroker features downgrade``), EndTxn
 v5 and TxnOffsetCommit v5 get the TV1 behaviour (deviation: Kafka decides by request version
 alone; a client only sends them after seeing the feature finalized at 2).
+
+ACLs (as KafkaApis): every producer-side API needs WRITE on the transactional id
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED); AddPartitionsToTxn WRITE on each topic (a denied or unknown
+partition fails the request: TOPIC_AUTHORIZATION_FAILED / UNKNOWN_TOPIC_OR_PARTITION, the rest
+OPERATION_NOT_ATTEMPTED), v4+ (broker to broker) CLUSTER_ACTION on the cluster; AddOffsetsToTxn and
+TxnOffsetCommit READ on the group, TxnOffsetCommit READ on each topic. ListTransactions shows and
+DescribeTransactions describes only transactional ids the principal may DESCRIBE (and only topics
+it may DESCRIBE); DescribeProducers needs READ on each topic.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from kafka.protocol.producer import (
 )
 
 from broker.features import TV2_END_TXN_VERSION, TV2_TXN_OFFSET_COMMIT_VERSION, transaction_version
-from broker.handlers import RequestContext, api
+from broker.handlers import AclOperation, RequestContext, ResourceType, api
 from protocol.errors import ErrorCode
 
 
@@ -44,6 +52,14 @@ def fenced(code: int, version: int, since: int) -> int:
     if code == ErrorCode.PRODUCER_FENCED and version < since:
         return ErrorCode.INVALID_PRODUCER_EPOCH
     return code
+
+
+def _txn_ok(ctx: RequestContext, tid: str) -> bool:
+    return ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid)
+
+
+def _group_ok(ctx: RequestContext, group_id: str) -> bool:
+    return ctx.authorize(AclOperation.READ, ResourceType.GROUP, group_id)
 
 
 def _coordinator(ctx: RequestContext):
@@ -59,10 +75,13 @@ async def _add_partitions(ctx: RequestContext, tid: str, pid: int, epoch: int, t
     coord = _coordinator(ctx)
     rm = ctx.broker.replica_manager
     wanted = [(t.name, p) for t in topics for p in t.partitions]
-    unknown = {tp for tp in wanted if rm.get(*tp) is None}
-    if unknown:
-        return {tp: (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else ErrorCode.OPERATION_NOT_ATTEMPTED)
-                for tp in wanted}
+    if not _txn_ok(ctx, tid):
+        return dict.fromkeys(wanted, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    writable = ctx.authorized(AclOperation.WRITE, ResourceType.TOPIC, (tp[0] for tp in wanted))
+    failed = {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED if tp[0] not in writable else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+              for tp in wanted if tp[0] not in writable or rm.get(*tp) is None}
+    if failed:
+        return {tp: failed.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in wanted}
     if verify_only:
         return {tp: coord.verify_partition(tid, pid, epoch, *tp) for tp in wanted}
     code = fenced(await coord.add_partitions(tid, pid, epoch, wanted), v, 2)
@@ -86,6 +105,9 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request) -> AddParti
         codes = await _add_partitions(ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
                                       request.v3_and_below_producer_epoch, request.v3_and_below_topics, False, v)
         return AddPartitionsToTxnResponse(version=v, throttle_time_ms=0, results_by_topic_v3_and_below=_topic_results(codes, v))
+    if not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION):
+        return AddPartitionsToTxnResponse(version=v, throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                          results_by_transaction=[])
     results = []
     for t in request.transactions:
         codes = await _add_partitions(ctx, t.transactional_id, t.producer_id, t.producer_epoch, t.topics,
@@ -100,6 +122,10 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request) -> AddOffsetsT
     gc = getattr(ctx.broker, "group_coordinator", None)
     if gc is None:
         return AddOffsetsToTxnResponse(version=v, throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    if not _txn_ok(ctx, request.transactional_id) or not _group_ok(ctx, request.group_id):
+        return AddOffsetsToTxnResponse(version=v, throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED
+                                       if _txn_ok(ctx, request.transactional_id) else
+                                       ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     await gc.ensure_topic()
     tp = (gc.topic, gc.partition_for(request.group_id))
     code = await _coordinator(ctx).add_partitions(request.transactional_id, request.producer_id,
@@ -110,6 +136,9 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request) -> AddOffsetsT
 @api(26, 0, 5)
 async def handle_end_txn(ctx: RequestContext, request) -> EndTxnResponse:
     v = ctx.api_version
+    if not _txn_ok(ctx, request.transactional_id):
+        return EndTxnResponse(version=v, throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                              producer_id=-1, producer_epoch=-1)
     tv = transaction_version(ctx.broker, v, TV2_END_TXN_VERSION)
     code, pid, epoch = await _coordinator(ctx).end_transaction(
         request.transactional_id, request.producer_id, request.producer_epoch, request.committed, tv)
@@ -124,8 +153,18 @@ async def handle_txn_offset_commit(ctx: RequestContext, request) -> TxnOffsetCom
     P = T.TxnOffsetCommitResponsePartition
     gc = getattr(ctx.broker, "group_coordinator", None)
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    denied: dict[tuple[str, int], int] = {}
+    if not _txn_ok(ctx, request.transactional_id):
+        denied = dict.fromkeys(wanted, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    elif not _group_ok(ctx, request.group_id):
+        denied = dict.fromkeys(wanted, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    else:
+        readable = ctx.authorized(AclOperation.READ, ResourceType.TOPIC, (tp[0] for tp in wanted))
+        denied = {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED for tp in wanted if tp[0] not in readable}
     if gc is None:
         codes = dict.fromkeys(wanted, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    elif len(denied) == len(wanted) and wanted:
+        codes = denied
     else:
         offsets_tp = (gc.topic, gc.partition_for(request.group_id))
         if transaction_version(ctx.broker, v, TV2_TXN_OFFSET_COMMIT_VERSION) >= 2:
@@ -142,11 +181,12 @@ async def handle_txn_offset_commit(ctx: RequestContext, request) -> TxnOffsetCom
             codes = dict.fromkeys(wanted, check)
         else:
             offsets = {(t.name, p.partition_index): (p.committed_offset, p.committed_leader_epoch, p.committed_metadata)
-                       for t in request.topics for p in t.partitions}
+                       for t in request.topics for p in t.partitions if (t.name, p.partition_index) not in denied}
             codes = await gc.commit_txn_offsets(
                 request.group_id, request.producer_id, request.producer_epoch,
                 request.member_id if v >= 3 else "", request.generation_id if v >= 3 else -1,
                 request.group_instance_id if v >= 3 else None, offsets)
+            codes = {tp: denied.get(tp) or codes[tp] for tp in wanted}
     topics: dict[str, list] = {}
     for (topic, p), code in codes.items():
         topics.setdefault(topic, []).append(P(version=v, partition_index=p, error_code=fenced(code, v, 3)))
@@ -164,6 +204,8 @@ async def handle_list_transactions(ctx: RequestContext, request) -> ListTransact
     unknown = sorted(states - known)
     txns = _coordinator(ctx).list(states & known if states else None, set(request.producer_id_filters or []),
                                   request.duration_filter if v >= 1 else -1)
+    shown = ctx.authorized(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, (m.transactional_id for m in txns))
+    txns = [m for m in txns if m.transactional_id in shown]
     S = ListTransactionsResponse.TransactionState
     return ListTransactionsResponse(version=v, throttle_time_ms=0, error_code=0, unknown_state_filters=unknown,
                                     transaction_states=[S(version=v, transactional_id=m.transactional_id,
@@ -178,13 +220,17 @@ async def handle_describe_transactions(ctx: RequestContext, request) -> Describe
     coord = _coordinator(ctx)
     out = []
     for tid in request.transactional_ids:
-        md = coord.txns.get(tid)
+        allowed = ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid)
+        md = coord.txns.get(tid) if allowed else None
         if md is None:
-            out.append(S(version=v, error_code=ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, transactional_id=tid,
+            out.append(S(version=v, transactional_id=tid, error_code=ErrorCode.TRANSACTIONAL_ID_NOT_FOUND if allowed
+                         else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                          transaction_state="", transaction_timeout_ms=0, transaction_start_time_ms=-1,
                          producer_id=-1, producer_epoch=-1, topics=[]))
             continue
-        topics = [S.TopicData(version=v, topic=t, partitions=ps) for t, ps in md.partitions_by_topic().items()]
+        by_topic = md.partitions_by_topic()
+        shown = ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, by_topic)
+        topics = [S.TopicData(version=v, topic=t, partitions=ps) for t, ps in by_topic.items() if t in shown]
         out.append(S(version=v, error_code=0, transactional_id=tid, transaction_state=md.state.wire_name,
                      transaction_timeout_ms=md.timeout_ms, transaction_start_time_ms=md.start_ms,
                      producer_id=md.producer_id, producer_epoch=md.producer_epoch, topics=topics))
@@ -199,12 +245,14 @@ async def handle_describe_producers(ctx: RequestContext, request) -> DescribePro
     S = P.ProducerState
     rm = ctx.broker.replica_manager
     topics = []
+    readable = ctx.authorized(AclOperation.READ, ResourceType.TOPIC, (t.name for t in request.topics))
     for t in request.topics:
         parts = []
         for p in t.partition_indexes:
-            part = rm.get(t.name, p)
+            part = rm.get(t.name, p) if t.name in readable else None
             if part is None or part.producer_state is None:
-                parts.append(P(version=v, partition_index=p, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                parts.append(P(version=v, partition_index=p, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                               if t.name in readable else ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                                error_message=None, active_producers=[]))
                 continue
             active = [S(version=v, producer_id=e.producer_id, producer_epoch=e.producer_epoch,

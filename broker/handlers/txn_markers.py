@@ -10,6 +10,9 @@ COMMIT/ABORT control batch is appended, the producer's open transaction is close
 on), an ABORT adds its entry to the segment's ``.txnindex``, and read_committed fetchers parked
 on the partition are woken. Markers landing in ``__consumer_offsets`` also settle the group
 offsets committed in that transaction. The coordinator calls this same code for local leaders.
+
+ACLs (as KafkaApis): CLUSTER_ACTION on the cluster, else every partition answers
+CLUSTER_AUTHORIZATION_FAILED and nothing is written.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.producer import WriteTxnMarkersResponse
 
-from broker.handlers import RequestContext, api
+from broker.handlers import AclOperation, RequestContext, api
 from coordinator.partition_access import TxnMarkerEntry
 from protocol.errors import ErrorCode
 from storage.batch import CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT, build_control_batch
@@ -87,7 +90,13 @@ async def handle_write_txn_markers(ctx: RequestContext, request) -> WriteTxnMark
     T = R.WritableTxnMarkerTopicResult
     P = T.WritableTxnMarkerPartitionResult
     results = []
+    allowed = ctx.authorize_cluster(AclOperation.CLUSTER_ACTION)
     for m in request.markers:
+        if not allowed:
+            results.append(R(version=v, producer_id=m.producer_id, topics=[T(version=v, name=t.name, partitions=[
+                P(version=v, partition_index=p, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+                for p in t.partition_indexes]) for t in m.topics]))
+            continue
         entry = TxnMarkerEntry(m.producer_id, m.producer_epoch, m.transaction_result, m.coordinator_epoch,
                                {t.name: list(t.partition_indexes) for t in m.topics},
                                transaction_version=m.transaction_version if v >= 2 else 0)
