@@ -149,8 +149,7 @@ class EtcdSession:
                 continue
             old, self._client, self._endpoint_index = self._client, client, index
             if old is not None:
-                with contextlib.suppress(Exception):
-                    await old.close()
+                await _close_client(old, self._request_timeout_s * 4)
             log.info("connected to etcd at %s", self.endpoint)
             return
         raise EtcdUnavailable("no etcd endpoint answered: " + "; ".join(errors))
@@ -249,11 +248,17 @@ class EtcdSession:
                     await asyncio.wait_for(self._client.revoke_lease(self.lease_id), self._request_timeout_s * 2)
                 except TRANSIENT_ERRORS as e:
                     log.warning("could not revoke etcd lease %x (it expires on its own): %r", self.lease_id, e)
-            with contextlib.suppress(Exception):
-                await self._client.close()
+            await _close_client(self._client, self._request_timeout_s * 4)
 
     async def __aenter__(self) -> EtcdSession:
         return await self.open()
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+async def _close_client(client: aetcd.Client, timeout_s: float) -> None:
+    """Close an aetcd client, bounded: after an etcd restart its watcher may wait forever on a full
+    request queue that nothing consumes any more (aetcd 1.0), and a stop must still end."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(client.close(), timeout_s)

@@ -132,7 +132,10 @@ class EtcdMetadataStore(MetadataStore):
     async def _watch_loop(self, revision: int) -> None:
         while True:
             try:
-                watch = await self.session.client.watch_prefix(self.keys.prefix, start_revision=revision + 1)
+                # Bounded: aetcd can block a watch creation forever after etcd restarted (its
+                # request queue no longer drained); the loop then resyncs and tries again.
+                watch = await asyncio.wait_for(
+                    self.session.client.watch_prefix(self.keys.prefix, start_revision=revision + 1), 10)
                 try:
                     async for event in watch:
                         self._apply(event.kind == "PUT", event.kv.key, event.kv.value, event.kv.mod_revision)
