@@ -3,15 +3,20 @@
     kbroker configs [-b H:P] describe --entity-type topics|brokers (--entity-name N | --entity-default) [--all]
     kbroker configs alter --entity-type topics|brokers (--entity-name N | --entity-default)
                           [--add-config k=v,k2=[a,b]] [--delete-config k,k2]
-    (shorthands: --topic T, --broker ID, --broker-defaults)
+    kbroker configs describe|alter --entity-type users|clients [--entity-name N | --entity-default] ...
+    (shorthands: --topic T, --broker ID, --broker-defaults, --user U, --client C, --user-defaults,
+    --client-defaults; --user U --client C is the (user, client-id) entity)
 
 DescribeConfigs and IncrementalAlterConfigs (SET / DELETE) through confluent-kafka's AdminClient.
 ``describe`` prints the dynamic configs (the topic's overrides, or the broker's dynamic settings)
 in Kafka's ``k=v sensitive=false synonyms={...}`` layout, or every config with ``--all``.
 ``--entity-default`` on brokers is the cluster-wide dynamic default (resource name ""): librdkafka
 refuses an empty resource name, so that one goes through the protocol client (PLAINTEXT only).
-Not supported yet: ``users`` and ``clients`` (client quotas: the broker does not serve
-DescribeClientQuotas / AlterClientQuotas); SCRAM credentials belong to ``kbroker users``.
+``users`` and ``clients`` are client quotas (producer_byte_rate, consumer_byte_rate,
+request_percentage, controller_mutation_rate), through DescribeClientQuotas / AlterClientQuotas
+over the protocol client (PLAINTEXT only for now), printed as kafka-configs.sh prints them
+("Quota configs for user-principal 'alice' are producer_byte_rate=1024.0"); describe without a
+name lists every entity of that type. SCRAM credentials belong to ``kbroker users``.
 """
 
 from __future__ import annotations
@@ -46,6 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
         action.add_argument("--broker", help="shorthand for --entity-type brokers --entity-name ID")
         action.add_argument("--broker-defaults", action="store_true",
                             help="shorthand for --entity-type brokers --entity-default")
+        action.add_argument("--user", help="shorthand for --entity-type users --entity-name U")
+        action.add_argument("--client", help="shorthand for --entity-type clients --entity-name C")
+        action.add_argument("--user-defaults", action="store_true", help="the default user quota entity")
+        action.add_argument("--client-defaults", action="store_true", help="the default client-id quota entity")
     add_connection_options(p, sub)
     return p
 
@@ -53,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _entity(args: argparse.Namespace) -> tuple[str, str]:
     """(entity type, resource name) from the long or the shorthand options."""
     kind, name, default = args.entity_type, args.entity_name, args.entity_default
+    if _quota_shorthands(args):
+        return "quotas", ""
     if args.topic is not None:
         kind, name = "topics", args.topic
     elif args.broker is not None:
@@ -62,8 +73,7 @@ def _entity(args: argparse.Namespace) -> tuple[str, str]:
     if kind is None:
         raise CliError("say which entity: --entity-type topics|brokers with --entity-name or --entity-default")
     if kind in ("users", "clients"):
-        raise CliError(f"--entity-type {kind} is not supported yet (kbroker does not serve client quotas; "
-                       "SCRAM credentials: kbroker users)")
+        return "quotas", ""
     if default:
         if kind != "brokers":
             raise CliError("--entity-default applies to --entity-type brokers only")
@@ -121,20 +131,16 @@ class _Entry:
         self.synonyms = synonyms or {}
 
 
-def _default_broker_request(args: argparse.Namespace, ops: list[tuple[str, str | None]] | None) -> dict[str, Any]:
-    """DescribeConfigs (ops None) or IncrementalAlterConfigs of the cluster-wide broker default over
-    the protocol client: librdkafka refuses a ConfigResource whose name is empty."""
+def _protocol_request(args: argparse.Namespace, req: Any, version: int, what: str) -> Any:
+    """One request over the protocol client, for what confluent-kafka's AdminClient cannot send."""
     import asyncio
-
-    from kafka.protocol.admin import DescribeConfigsRequest, IncrementalAlterConfigsRequest
 
     from cli.common import CONNECT_TIMEOUT_S, TIMEOUT_S, bootstrap_addresses, load_properties
     from protocol.client import ProtocolClient
-    from protocol.errors import ErrorCode
 
     if args.command_config and load_properties(args.command_config).get(
             "security.protocol", "PLAINTEXT").upper() != "PLAINTEXT":
-        raise CliError("--entity-default supports PLAINTEXT connections only for now")
+        raise CliError(f"{what} supports PLAINTEXT connections only for now")
 
     async def run() -> Any:
         host, port = bootstrap_addresses(args.bootstrap_server)[0]
@@ -144,25 +150,36 @@ def _default_broker_request(args: argparse.Namespace, ops: list[tuple[str, str |
         except (OSError, TimeoutError) as e:
             raise CliError(f"cannot connect to {host}:{port}: {getattr(e, 'strerror', None) or e or 'timeout'}") from None
         try:
-            if ops is None:
-                R = DescribeConfigsRequest.DescribeConfigsResource
-                req = DescribeConfigsRequest(version=4, resources=[R(version=4, resource_type=4, resource_name="",
-                                                                     configuration_keys=None)],
-                                             include_synonyms=True, include_documentation=False)
-                return await asyncio.wait_for(client.request(req, 4), TIMEOUT_S)
-            R = IncrementalAlterConfigsRequest.AlterConfigsResource
-            req = IncrementalAlterConfigsRequest(version=1, validate_only=False, resources=[R(
-                version=1, resource_type=4, resource_name="", configs=[
-                    R.AlterableConfig(version=1, name=k, config_operation=0 if v is not None else 1, value=v)
-                    for k, v in ops])])
-            return await asyncio.wait_for(client.request(req, 1), TIMEOUT_S)
+            return await asyncio.wait_for(client.request(req, version), TIMEOUT_S)
         finally:
             await client.close()
 
     try:
-        resp = asyncio.run(run())
+        return asyncio.run(run())
     except TimeoutError:
         raise CliError(f"no answer within {TIMEOUT_S:g} s") from None
+
+
+def _default_broker_request(args: argparse.Namespace, ops: list[tuple[str, str | None]] | None) -> dict[str, Any]:
+    """DescribeConfigs (ops None) or IncrementalAlterConfigs of the cluster-wide broker default over
+    the protocol client: librdkafka refuses a ConfigResource whose name is empty."""
+    from kafka.protocol.admin import DescribeConfigsRequest, IncrementalAlterConfigsRequest
+
+    from protocol.errors import ErrorCode
+
+    if ops is None:
+        R = DescribeConfigsRequest.DescribeConfigsResource
+        req = DescribeConfigsRequest(version=4, resources=[R(version=4, resource_type=4, resource_name="",
+                                                             configuration_keys=None)],
+                                     include_synonyms=True, include_documentation=False)
+        resp = _protocol_request(args, req, 4, "--entity-default")
+    else:
+        R = IncrementalAlterConfigsRequest.AlterConfigsResource
+        req = IncrementalAlterConfigsRequest(version=1, validate_only=False, resources=[R(
+            version=1, resource_type=4, resource_name="", configs=[
+                R.AlterableConfig(version=1, name=k, config_operation=0 if v is not None else 1, value=v)
+                for k, v in ops])])
+        resp = _protocol_request(args, req, 1, "--entity-default")
     result = (resp.results if ops is None else resp.responses)[0]
     if result.error_code:
         raise CliError(f"{result.error_message or ''} ({ErrorCode(result.error_code).name})".strip())
@@ -242,6 +259,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
 
     def run() -> int:
         kind, name = _entity(args)  # usage errors before any connection
+        if kind == "quotas":
+            return (_describe_quotas if args.command == "describe" else _alter_quotas)(args, out or sys.stdout)
         admin = admin_client(args)
         if kind == "brokers" and name:
             from cli.common import cluster_metadata
@@ -256,3 +275,82 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# --- client quotas (users / clients) --------------------------------------------------------------
+
+_QUOTA_TYPES = {"users": "user", "clients": "client-id"}
+_QUOTA_LABELS = {"user": "user-principal", "client-id": "client-id", "ip": "ip"}
+
+
+def _quota_shorthands(args: argparse.Namespace) -> bool:
+    return bool(args.user is not None or args.client is not None or args.user_defaults or args.client_defaults)
+
+
+def _quota_entity(args: argparse.Namespace) -> list[tuple[str, str | None, bool]]:
+    """[(entity type, name or None, named or default)]; a type without name or default has name None, named False."""
+    if _quota_shorthands(args):
+        out = []
+        if args.user is not None or args.user_defaults:
+            out.append(("user", args.user, args.user is not None or args.user_defaults))
+        if args.client is not None or args.client_defaults:
+            out.append(("client-id", args.client, args.client is not None or args.client_defaults))
+        return out
+    etype = _QUOTA_TYPES[args.entity_type]
+    return [(etype, args.entity_name, args.entity_name is not None or args.entity_default)]
+
+
+def _describe_quotas(args: argparse.Namespace, out: TextIO) -> int:
+    from kafka.protocol.admin import DescribeClientQuotasRequest
+
+    from protocol.errors import ErrorCode
+
+    C = DescribeClientQuotasRequest.ComponentData
+    components = [C(version=1, entity_type=t, match_type=(0 if n is not None else 1) if named else 2, match=n)
+                  for t, n, named in _quota_entity(args)]
+    resp = _protocol_request(args, DescribeClientQuotasRequest(version=1, components=components, strict=True), 1,
+                             "client quotas")
+    if resp.error_code:
+        raise CliError(f"{resp.error_message or ''} ({ErrorCode(resp.error_code).name})".strip())
+    for entry in sorted(resp.entries or [], key=lambda e: [(x.entity_type, x.entity_name or "") for x in e.entity]):
+        who = ", ".join(f"{_QUOTA_LABELS.get(e.entity_type, e.entity_type)} '{e.entity_name}'" if e.entity_name
+                        is not None else f"the default {_QUOTA_LABELS.get(e.entity_type, e.entity_type)}"
+                        for e in sorted(entry.entity, key=lambda e: e.entity_type != "user"))
+        values = ", ".join(f"{v.key}={v.value}" for v in entry.values)
+        out.write(f"Quota configs for {who} are {values}\n")
+    return 0
+
+
+def _alter_quotas(args: argparse.Namespace, out: TextIO) -> int:
+    from kafka.protocol.admin import AlterClientQuotasRequest
+
+    from protocol.errors import ErrorCode
+
+    entity = _quota_entity(args)
+    if any(not named for _, _, named in entity):
+        raise CliError("--entity-name or --entity-default is required to alter client quotas")
+    sets = split_add_config(args.add_config or "")
+    deletes = [k.strip() for k in (args.delete_config or "").split(",") if k.strip()]
+    if not sets and not deletes:
+        raise CliError("nothing to change: give --add-config and/or --delete-config")
+    if any(k.upper().startswith("SCRAM-") for k in [*sets, *deletes]):
+        raise CliError("SCRAM credentials are managed with kbroker users")
+    values: dict[str, float] = {}
+    for k, v in sets.items():
+        try:
+            values[k] = float(v)
+        except ValueError:
+            raise CliError(f"the value of {k} must be a number, got {v!r}") from None
+    E = AlterClientQuotasRequest.EntryData
+    req = AlterClientQuotasRequest(version=1, validate_only=False, entries=[E(
+        version=1, entity=[E.EntityData(version=1, entity_type=t, entity_name=n) for t, n, _ in entity],
+        ops=[*(E.OpData(version=1, key=k, value=v, remove=False) for k, v in values.items()),
+             *(E.OpData(version=1, key=k, value=0.0, remove=True) for k in deletes)])])
+    resp = _protocol_request(args, req, 1, "client quotas")
+    result = resp.entries[0]
+    if result.error_code:
+        raise CliError(f"{result.error_message or ''} ({ErrorCode(result.error_code).name})".strip())
+    names = ", ".join(f"{'user' if t == 'user' else 'client'} {n if n is not None else '<default>'}"
+                      for t, n, _ in entity)
+    out.write(f"Completed updating config for {names}.\n")
+    return 0

@@ -115,8 +115,8 @@ def test_configs(broker, capsys) -> None:
     fails(capsys, configs.main, *b, "alter", "--broker", "1", "--add-config", "log.cleaner.threads=2",
           expect="Cannot update these configs dynamically")
     fails(capsys, configs.main, *b, "describe", "--broker", "7", expect="broker 7 is not in the cluster")
-    fails(capsys, configs.main, *b, "describe", "--entity-type", "users", "--entity-name", "u",
-          expect="not supported yet")
+    fails(capsys, configs.main, *b, "alter", "--entity-type", "users", "--add-config", "producer_byte_rate=1",
+          expect="--entity-name or --entity-default is required")
     fails(capsys, configs.main, "-b", dead_bootstrap(), "describe", "--topic", topic, expect="cannot connect")
 
 

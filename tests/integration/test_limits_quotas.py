@@ -215,3 +215,132 @@ def test_client_quota_validation_errors_are_kafkas(broker):
         assert (bad.error_code, bad.error_message) == (
             42, "Request specified MATCH_TYPE_EXACT, but set match string to null.")
         assert _describe(conn, [("group", 0, "x")]).error_code == 35  # UNSUPPORTED_VERSION, as Kafka
+
+
+# --- byte-rate quotas with real clients -------------------------------------------------------------
+
+QUOTA = 500 * 1024  # bytes/s
+QUOTA_BROKER = {"quota.window.num": "2", "quota.window.size.seconds": "1"}
+MEASURE_S = 6.0  # seconds measured after the first throttle event
+VALUE = b"x" * 10_000
+
+
+def _set_quota(bootstrap: str, entity: list, key: str, value: float) -> None:
+    with RawConnection(bootstrap) as conn:
+        resp = _alter(conn, [(entity, {key: value})])
+        assert resp.entries[0].error_code == 0, resp
+
+
+def _check_rate(rate: float, what: str) -> None:
+    print(f"{what}: {rate / 1024:.0f} KiB/s against a quota of {QUOTA / 1024:.0f} KiB/s ({rate / QUOTA:.0%})")
+    assert rate <= 1.2 * QUOTA, f"{what} ran at {rate / 1024:.0f} KiB/s, more than 20% over the quota"
+    assert rate >= 0.25 * QUOTA, f"{what} ran at {rate / 1024:.0f} KiB/s: starved, not throttled"
+
+
+def test_producer_over_its_byte_rate_quota_is_throttled_to_it(broker_factory):
+    broker = broker_factory(overrides=QUOTA_BROKER)
+    _set_quota(broker.bootstrap, [("client-id", "throttled-producer")], "producer_byte_rate", QUOTA)
+    throttles: list[tuple[float, float]] = []
+    acked: list[tuple[float, int]] = []
+
+    def delivered(err, msg):
+        assert err is None, err
+        acked.append((time.monotonic(), len(msg.value())))
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "client.id": "throttled-producer", "acks": 1,
+                         "linger.ms": 5, "batch.size": 65536,
+                         "throttle_cb": lambda ev: throttles.append((time.monotonic(), ev.throttle_time))})
+    deadline = time.monotonic() + 90
+    measure_end = None
+    sent = 0
+    # Bounded: at most 12 MB (about 24 s of quota), stopped MEASURE_S after the first throttle event.
+    while sent < 1200 and time.monotonic() < deadline:
+        if throttles and measure_end is None:
+            measure_end = throttles[0][0] + MEASURE_S
+        if measure_end is not None and time.monotonic() >= measure_end:
+            break
+        try:
+            producer.produce("quota-topic", VALUE, on_delivery=delivered)
+            sent += 1
+        except BufferError:
+            producer.poll(0.05)
+        producer.poll(0)
+    producer.flush(60)
+    assert throttles, "the producer was never throttled"
+    assert max(t for _, t in throttles) > 0, "throttle_time_ms must be non-zero"
+    start = throttles[0][0]
+    end = acked[-1][0]
+    after = sum(n for t, n in acked if t > start)
+    assert end - start >= MEASURE_S / 2, "measured too short a run"
+    _check_rate(after / (end - start), "producer")
+
+
+def test_consumer_over_its_byte_rate_quota_is_throttled_to_it(broker_factory):
+    broker = broker_factory(overrides=QUOTA_BROKER)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "acks": 1})
+    for _ in range(600):  # 6 MB, produced without a quota (another client id)
+        producer.produce("quota-topic", VALUE)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    _set_quota(broker.bootstrap, [("client-id", "throttled-consumer")], "consumer_byte_rate", QUOTA)
+    throttles: list[tuple[float, float]] = []
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "client.id": "throttled-consumer",
+                         "group.id": "quota-group", "auto.offset.reset": "earliest",
+                         "throttle_cb": lambda ev: throttles.append((time.monotonic(), ev.throttle_time))})
+    consumer.subscribe(["quota-topic"])
+    got: list[tuple[float, int]] = []
+    deadline = time.monotonic() + 90
+    try:
+        while len(got) < 600 and time.monotonic() < deadline:
+            if throttles and time.monotonic() >= throttles[0][0] + MEASURE_S:
+                break
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                got.append((time.monotonic(), len(msg.value())))
+    finally:
+        consumer.close()
+    assert throttles, "the consumer was never throttled"
+    assert max(t for _, t in throttles) > 0
+    start = throttles[0][0]
+    end = got[-1][0]
+    after = sum(n for t, n in got if t > start)
+    assert end - start >= MEASURE_S / 2, "measured too short a run"
+    _check_rate(after / (end - start), "consumer")
+
+
+def _kbroker_configs(bootstrap: str, *argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "broker", "configs", "-b", bootstrap, *argv],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+
+
+def test_kbroker_configs_users_and_clients_alter_and_describe_quotas(broker):
+    out = _kbroker_configs(broker.bootstrap, "alter", "--entity-type", "users", "--entity-name", "alice",
+                           "--add-config", "producer_byte_rate=1024,consumer_byte_rate=2048")
+    assert (out.returncode, out.stdout) == (0, "Completed updating config for user alice.\n"), out.stderr
+    out = _kbroker_configs(broker.bootstrap, "alter", "--entity-type", "clients", "--entity-default",
+                           "--add-config", "request_percentage=50")
+    assert out.returncode == 0, out.stderr
+    out = _kbroker_configs(broker.bootstrap, "alter", "--user", "alice", "--client", "app",
+                           "--add-config", "producer_byte_rate=512")
+    assert out.returncode == 0, out.stderr
+    out = _kbroker_configs(broker.bootstrap, "describe", "--entity-type", "users", "--entity-name", "alice")
+    assert out.stdout == "Quota configs for user-principal 'alice' are consumer_byte_rate=2048.0, " \
+                         "producer_byte_rate=1024.0\n", out.stderr
+    out = _kbroker_configs(broker.bootstrap, "describe", "--entity-type", "clients", "--entity-default")
+    assert out.stdout == "Quota configs for the default client-id are request_percentage=50.0\n"
+    out = _kbroker_configs(broker.bootstrap, "describe", "--user", "alice", "--client", "app")
+    assert out.stdout == "Quota configs for user-principal 'alice', client-id 'app' are producer_byte_rate=512.0\n"
+    # The broker's answer is what the protocol says: the same quota over DescribeClientQuotas.
+    with RawConnection(broker.bootstrap) as conn:
+        assert _entries(_describe(conn, [("user", 0, "alice")], strict=True)) == {
+            (("user", "alice"),): {"producer_byte_rate": 1024.0, "consumer_byte_rate": 2048.0}}
+    out = _kbroker_configs(broker.bootstrap, "alter", "--entity-type", "users", "--entity-name", "alice",
+                           "--delete-config", "producer_byte_rate")
+    assert out.returncode == 0, out.stderr
+    out = _kbroker_configs(broker.bootstrap, "describe", "--entity-type", "users", "--entity-name", "alice")
+    assert out.stdout == "Quota configs for user-principal 'alice' are consumer_byte_rate=2048.0\n"
+    # Kafka's validation, as one stderr line and exit 1.
+    out = _kbroker_configs(broker.bootstrap, "alter", "--entity-type", "users", "--entity-name", "bob",
+                           "--add-config", "producer_byte_rate=1.5")
+    assert out.returncode == 1
+    assert "Configuration producer_byte_rate must be a Long value (INVALID_REQUEST)" in out.stderr
