@@ -62,7 +62,8 @@ class ClusterNode:
     @classmethod
     async def start(cls, settings: Mapping[str, object], *, node_id: int, endpoints: Sequence[Endpoint],
                     rack: str | None, log_dirs: Sequence[Path],
-                    default_replication_factor: Callable[[], int] = lambda: 1) -> ClusterNode:
+                    default_replication_factor: Callable[[], int] = lambda: 1,
+                    store_class: type[EtcdMetadataStore] = EtcdMetadataStore) -> ClusterNode:
         try:
             session = await EtcdSession.from_config(settings).open()
         except (EtcdUnavailable, *TRANSIENT_ERRORS) as e:
@@ -75,7 +76,7 @@ class ClusterNode:
                     f"the log dirs belong to cluster {stored} (meta.properties), but etcd holds cluster {cluster_id}; "
                     "refusing to start (use empty log dirs to join this cluster)")
             keys = KeyLayout(cluster_id)
-            store = EtcdMetadataStore(session, keys, node_id, default_replication_factor=default_replication_factor)
+            store = store_class(session, keys, node_id, default_replication_factor=default_replication_factor)
             await store.start()
             log.info("cluster %s: metadata loaded at etcd revision %d (%d topics, %d live brokers)", cluster_id,
                      store.revision, len(store.topics()), len(store.live_brokers()))
