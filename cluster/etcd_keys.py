@@ -12,6 +12,7 @@ Everything lives under ``/kbroker/``::
     /kbroker/<cluster id>/broker_configs    dynamic broker configs (AlterConfigs), one JSON object
     /kbroker/<cluster id>/features          finalized feature levels and their epoch
     /kbroker/<cluster id>/scram_credentials SCRAM credentials (salted and hashed), security/scram_credentials.py
+    /kbroker/<cluster id>/client_quotas     client quotas (AlterClientQuotas), security/quotas.py
 
 Topic names cannot hold ``/`` (Kafka allows only ``[a-zA-Z0-9._-]``), so a topic's partitions prefix
 ``partitions/<topic>/`` never matches another topic. Values are defined in ``cluster.records``.
@@ -101,6 +102,10 @@ class KeyLayout:
     @property
     def scram_credentials(self) -> bytes:
         return self._k("scram_credentials")
+
+    @property
+    def client_quotas(self) -> bytes:
+        return self._k("client_quotas")
 
 
 async def get_or_create_cluster_id(client: aetcd.Client, root: str = ROOT, candidate: str | None = None) -> str:

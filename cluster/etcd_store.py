@@ -34,6 +34,7 @@ from collections.abc import Callable
 from aetcd.utils import prefix_range_end
 
 from protocol.errors import ErrorCode, KafkaError
+from security import quotas as client_quotas
 from security import scram_credentials as scram
 
 from .etcd_keys import KeyLayout
@@ -82,6 +83,8 @@ class EtcdMetadataStore(MetadataStore):
         self._features_rev = 0
         self._scram: scram.Credentials = {}
         self._scram_rev = 0  # mod revision of the credentials key (0: never written)
+        self._quotas: client_quotas.Quotas = {}
+        self._quotas_rev = 0
         self.revision = 0
         self._started = False
         self._watch_task: asyncio.Task[None] | None = None
@@ -207,6 +210,9 @@ class EtcdMetadataStore(MetadataStore):
             elif key == k.scram_credentials:
                 self._scram = scram.decode(value) if put else {}
                 self._scram_rev = mod_revision if put else 0
+            elif key == k.client_quotas:
+                self._quotas = client_quotas.decode(value) if put else {}
+                self._quotas_rev = mod_revision if put else 0
         except (ValueError, KeyError, TypeError) as e:
             log.error("ignoring unreadable etcd value of %r: %r", key, e)
 
@@ -437,6 +443,17 @@ class EtcdMetadataStore(MetadataStore):
                                [tx.put(self.keys.scram_credentials, doc)]):
             raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "SCRAM credentials changed meanwhile; retry")
         await self.wait_for(lambda: self._scram == creds, "SCRAM credentials")
+
+    def client_quotas(self) -> client_quotas.Quotas:
+        return self._quotas
+
+    async def alter_client_quotas(self, quotas: client_quotas.Quotas) -> None:
+        tx = self.session.client.transactions
+        # Guarded by the revision the change was computed from: a concurrent change is not overwritten.
+        if not await self._txn([tx.mod(self.keys.client_quotas) == self._quotas_rev],
+                               [tx.put(self.keys.client_quotas, client_quotas.encode(quotas))]):
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "client quotas changed meanwhile; retry")
+        await self.wait_for(lambda: self._quotas == quotas, "client quotas")
 
     async def set_finalized_feature(self, name: str, level: int) -> None:
         tx = self.session.client.transactions

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from protocol.errors import ErrorCode, KafkaError
+from security import quotas as client_quotas
 from security import scram_credentials as scram
 
 MAX_TOPIC_NAME_LENGTH = 249
@@ -165,6 +166,15 @@ class MetadataStore(ABC):
     async def alter_scram_credentials(self, deletions: list[tuple[str, str]],
                                       upserts: list[tuple[str, str, scram.ScramCredential]]) -> None:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "this metadata store cannot store SCRAM credentials")
+
+    # Client quotas (security/quotas.py: entity -> key -> value), so that every broker of a cluster
+    # throttles alike. The mapping returned is replaced, never mutated, on every change.
+    def client_quotas(self) -> client_quotas.Quotas:
+        return {}
+
+    async def alter_client_quotas(self, quotas: client_quotas.Quotas) -> None:
+        """Replace the whole quota map (the handler computes it from the current one)."""
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "this metadata store cannot store client quotas")
 
     def check_collision(self, name: str) -> None:
         unified = unify_collision_chars(name)
