@@ -118,6 +118,9 @@ def cmd_dump_log(args: argparse.Namespace) -> int:
         argv.append("--print-data")
     if args.deep_verify:
         argv.append("--deep-verify")
+    for flag in ("offsets_decoder", "transaction_log_decoder"):
+        if getattr(args, flag, False):
+            argv.append("--" + flag.replace("_", "-"))
     return dump.main(argv)
 
 
@@ -164,6 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     dl.add_argument("--print-data", action="store_true", help="print record keys, values and headers")
     dl.add_argument("--deep-verify", action="store_true",
                     help="check that every batch decodes (files or directories); exit status 2 if any does not")
+    dl.add_argument("--offsets-decoder", action="store_true", help="decode records as __consumer_offsets")
+    dl.add_argument("--transaction-log-decoder", action="store_true",
+                    help="decode records as __transaction_state (TV2 fields, the KIP-939 2PC flag)")
     dl.set_defaults(func=cmd_dump_log)
 
     for name, module, text in (
@@ -177,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("get-offsets", "cli.get_offsets", "partition offsets for --time -1|-2|-3|TIMESTAMP"),
         ("perf", "cli.perf", "load tests: produce | consume"),
         ("users", "cli.users", "SCRAM credentials: list | add | delete | bootstrap (before first start)"),
+        ("acls", "cli.acls", "ACLs: add | list | remove (kafka-acls)"),
         ("cluster", "cli.cluster", "local cluster (etcd + N brokers): up | status | down --dir DIR"),
     ):
         p = sub.add_parser(name, help=text, add_help=False)
@@ -188,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
 _DELEGATED = {"groups": "cli.groups", "transactions": "cli.transactions", "features": "cli.features",
               "topics": "cli.topics", "configs": "cli.configs", "console-producer": "cli.console_producer",
               "console-consumer": "cli.console_consumer", "get-offsets": "cli.get_offsets", "perf": "cli.perf",
-              "users": "cli.users", "cluster": "cli.cluster"}
+              "users": "cli.users", "cluster": "cli.cluster", "acls": "cli.acls"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,17 +1,24 @@
 """``kbroker transactions``: inspect transactions and abort hanging ones, like Kafka's kafka-transactions.sh.
 
-    kbroker transactions [--bootstrap-server H:P] [--json] list
+    kbroker transactions [--bootstrap-server H:P] [--json] list [--duration-filter MS] [--two-phase-commit]
     kbroker transactions describe TRANSACTIONAL_ID
     kbroker transactions describe-producers --topic T --partition P
     kbroker transactions abort --topic T --partition P
         (--producer-id N --producer-epoch E --coordinator-epoch C | --start-offset O)
+    kbroker transactions force-terminate --transactional-id ID
 
 ``list`` asks every broker (ListTransactions); ``describe`` asks the transaction coordinator found
 with FindCoordinator(TRANSACTION) (DescribeTransactions); ``describe-producers`` asks the partition
 leader (DescribeProducers). ``abort`` ends a hanging transaction on one partition by sending
 WriteTxnMarkers(ABORT) to its leader, as Kafka's Admin.abortTransaction does; with
 ``--start-offset`` the producer is first looked up with DescribeProducers (the one whose open
-transaction starts at that offset). Tables use Kafka's column names; ``--json`` prints JSON instead.
+transaction starts at that offset). ``list --duration-filter MS`` lists only transactions open
+for longer than MS (ListTransactions v1, KIP-994); ``--two-phase-commit`` only two-phase-commit
+(KIP-939) ones, i.e. prepared transactions waiting for their external coordinator (their
+DescribeTransactions timeout is Integer.MAX_VALUE, Kafka's 2PC flag), adding ProducerEpoch and
+TransactionDurationMs columns. ``force-terminate`` is Kafka's forceTerminateTransaction (KIP-939):
+InitProducerId v6 with enable2Pc=true and keepPreparedTxn=false at the coordinator, which aborts
+the open transaction and fences its producer. Tables use Kafka's column names; ``--json`` prints JSON instead.
 Exit status: 0 on success, 1 when the broker answered an error, 2 on a usage error.
 """
 
@@ -30,12 +37,13 @@ from kafka.protocol.admin import (
     ListTransactionsRequest,
 )
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
-from kafka.protocol.producer import WriteTxnMarkersRequest
+from kafka.protocol.producer import InitProducerIdRequest, WriteTxnMarkersRequest
 
 from protocol.client import ProtocolClient
 from protocol.errors import ErrorCode
 
 TRANSACTION_KEY_TYPE = 1
+TWO_PC_TIMEOUT_MS = 2147483647  # a KIP-939 transaction's timeout (Kafka's 2PC flag)
 
 
 class CliError(Exception):
@@ -117,15 +125,54 @@ class _Cluster:
 
 async def _list(cluster: _Cluster, args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
+    duration = getattr(args, "duration_filter", None)
+    two_pc = getattr(args, "two_phase_commit", False)
     for node, addr in sorted((await cluster.brokers()).items()):
-        resp = await (await cluster.client(addr)).request(
-            ListTransactionsRequest(version=0, state_filters=[], producer_id_filters=[]), 0)
+        client = await cluster.client(addr)
+        if duration is None:
+            req, v = ListTransactionsRequest(version=0, state_filters=[], producer_id_filters=[]), 0
+        else:
+            req, v = ListTransactionsRequest(version=1, state_filters=[], producer_id_filters=[],
+                                             duration_filter=duration), 1
+        resp = await client.request(req, v)
         if resp.error_code:
             raise CliError(f"ListTransactions on broker {node}: {_error_name(resp.error_code)}")
-        for s in resp.transaction_states:
+        states = list(resp.transaction_states)
+        if two_pc and states:
+            described = await client.request(DescribeTransactionsRequest(
+                version=0, transactional_ids=[s.transactional_id for s in states]), 0)
+            now = int(time.time() * 1000)
+            for d in described.transaction_states:
+                if d.error_code or d.transaction_timeout_ms != TWO_PC_TIMEOUT_MS:
+                    continue
+                start = d.transaction_start_time_ms
+                rows.append({"TransactionalId": d.transactional_id, "Coordinator": node, "ProducerId": d.producer_id,
+                             "ProducerEpoch": d.producer_epoch, "TransactionState": d.transaction_state,
+                             "TransactionDurationMs": now - start if start >= 0 else None})
+            continue
+        for s in states:
             rows.append({"TransactionalId": s.transactional_id, "Coordinator": node, "ProducerId": s.producer_id,
                          "TransactionState": s.transaction_state})
     return sorted(rows, key=lambda r: r["TransactionalId"])
+
+
+async def _force_terminate(cluster: _Cluster, args: argparse.Namespace) -> list[dict[str, Any]]:
+    tid = args.transactional_id
+    node, addr = await cluster.coordinator(tid)
+    client = await cluster.client(addr)
+    resp = None
+    for _ in range(300):  # CONCURRENT_TRANSACTIONS while the abort it started completes
+        resp = await client.request(InitProducerIdRequest(
+            version=6, transactional_id=tid, transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1,
+            enable2_pc=True, keep_prepared_txn=False), 6)
+        if resp.error_code not in (ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
+            break
+        await asyncio.sleep(0.1)
+    assert resp is not None
+    if resp.error_code:
+        raise CliError(f"force-terminating {tid}: {_error_name(resp.error_code)}")
+    return [{"TransactionalId": tid, "CoordinatorId": node, "ProducerId": resp.producer_id,
+             "ProducerEpoch": resp.producer_epoch, "Result": "terminated"}]
 
 
 async def _describe(cluster: _Cluster, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -195,7 +242,8 @@ async def _abort(cluster: _Cluster, args: argparse.Namespace) -> list[dict[str, 
              "CoordinatorEpoch": coord_epoch, "Result": "aborted"}]
 
 
-COMMANDS = {"list": _list, "describe": _describe, "describe-producers": _describe_producers, "abort": _abort}
+COMMANDS = {"list": _list, "describe": _describe, "describe-producers": _describe_producers, "abort": _abort,
+            "force-terminate": _force_terminate}
 
 
 # --- output and entry point --------------------------------------------------------------------------
@@ -216,7 +264,10 @@ _COLUMNS = {
     "describe-producers": ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence", "LastTimestamp",
                            "CurrentTransactionStartOffset"],
     "abort": ["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch", "Result"],
+    "force-terminate": ["TransactionalId", "CoordinatorId", "ProducerId", "ProducerEpoch", "Result"],
 }
+_COLUMNS_2PC = ["TransactionalId", "Coordinator", "ProducerId", "ProducerEpoch", "TransactionState",
+                "TransactionDurationMs"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -225,7 +276,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--bootstrap-server", default="localhost:9092", type=_split, metavar="HOST:PORT")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="transactions known to every broker's coordinator")
+    lp = sub.add_parser("list", help="transactions known to every broker's coordinator")
+    lp.add_argument("--duration-filter", type=int, metavar="MS",
+                    help="only transactions open for longer than MS milliseconds (ListTransactions v1)")
+    lp.add_argument("--two-phase-commit", action="store_true",
+                    help="only two-phase-commit (KIP-939) transactions, with their epoch and duration")
+    ft = sub.add_parser("force-terminate", help="abort a (prepared) transaction and fence its producer "
+                        "(InitProducerId enable2Pc=true keepPreparedTxn=false, KIP-939)")
+    ft.add_argument("--transactional-id", required=True)
     d = sub.add_parser("describe", help="state of one transactional id")
     d.add_argument("transactional_id")
     dp = sub.add_parser("describe-producers", help="active producers of a partition")
@@ -283,7 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
-        _print_table(rows, _COLUMNS[args.command])
+        two_pc = args.command == "list" and args.two_phase_commit
+        _print_table(rows, _COLUMNS_2PC if two_pc else _COLUMNS[args.command])
     return 0
 
 

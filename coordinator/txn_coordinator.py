@@ -17,6 +17,18 @@ transaction is fenced instead of ending the next one (KAFKA-17754). Partitions m
 added implicitly by a partition leader (Produce v12, TxnOffsetCommit v5) through
 ``add_partitions(..., txn_version=2)``.
 
+Two-phase commit (KIP-939) is the same state machine too. ``init_producer_id(enable_2pc=True)``
+stores the timeout Integer.MAX_VALUE (Kafka's 2PC flag), so ``abort_timed_out`` never aborts the
+transaction: only its producer, a restarted producer or an operator ends it. With
+``keep_prepared_txn`` an Ongoing 2PC transaction is kept instead of being aborted: the
+coordinator bumps only the client-side identity (``next_producer_epoch``, persisted) and answers
+it together with the ongoing transaction's id/epoch, so the new process can commit or abort it
+with EndTxn under the new epoch (Kafka's completeTransaction). The old instance is fenced: the
+coordinator accepts nothing more from the recovered transaction's own epoch (no AddPartitions, no
+KIP-890 verification of a produce). ``keep_prepared_txn=False`` with ``enable_2pc`` is the
+operator's forceTerminateTransaction: the Ongoing transaction is aborted under a bumped epoch, as
+for any InitProducerId.
+
 Fault injection for tests: the environment variable ``KBROKER_CRASH_POINT`` names a point
 ("txn.after_prepare_commit", "txn.after_prepare_abort", "txn.after_markers") at which the
 broker process kills itself with SIGKILL, so crash recovery is testable without timing luck.
@@ -40,7 +52,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from coordinator.partition_access import PartitionAccess, TxnMarkerEntry, partition_for
-from coordinator.txn_metadata import MAX_EPOCH, TxnMetadata, TxnState, can_transition, tv2_end_epochs
+from coordinator.txn_metadata import (
+    MAX_EPOCH,
+    TWO_PC_TIMEOUT_MS,
+    TxnMetadata,
+    TxnState,
+    can_transition,
+    tv2_end_epochs,
+)
 from coordinator.txn_records import TxnLogValue, decode_key, decode_value, encode_key, encode_value
 from protocol.errors import ErrorCode
 from storage.batch import build_batch, decode_records
@@ -83,6 +102,7 @@ class TransactionCoordinator:
         self.id_expiration_ms = int(config.get("transactional.id.expiration.ms"))
         self.abort_interval_ms = int(config.get("transaction.abort.timed.out.transaction.cleanup.interval.ms"))
         self.remove_interval_ms = int(config.get("transaction.remove.expired.transaction.cleanup.interval.ms"))
+        self.two_phase_commit_enable = _bool(config.get("transaction.two.phase.commit.enable"))
         self.segment_bytes = str(config.get("transaction.state.log.segment.bytes"))
         self.coordinator_epoch = 0
         self.txns: dict[str, TxnMetadata] = {}
@@ -142,7 +162,8 @@ class TransactionCoordinator:
                 prev = loaded.get(tid)
                 md = TxnMetadata(tid, v.producer_id, v.producer_epoch, v.timeout_ms, TxnState(v.status), parts,
                                  v.start_ms, v.last_update_ms, prev_producer_id=v.prev_producer_id,
-                                 next_producer_id=v.next_producer_id, client_txn_version=v.client_txn_version)
+                                 next_producer_id=v.next_producer_id, client_txn_version=v.client_txn_version,
+                                 next_producer_epoch=v.next_producer_epoch)
                 if prev is not None and prev.producer_id != v.producer_id:
                     md.last_producer_id, md.last_producer_epoch = prev.producer_id, prev.producer_epoch
                 loaded[tid] = md
@@ -168,12 +189,13 @@ class TransactionCoordinator:
             "producer_id": md.producer_id, "producer_epoch": md.producer_epoch, "timeout_ms": md.timeout_ms,
             "partitions": md.partitions, "start_ms": md.start_ms, "prev_producer_id": md.prev_producer_id,
             "next_producer_id": md.next_producer_id, "client_txn_version": md.client_txn_version,
+            "next_producer_epoch": md.next_producer_epoch,
         }
         target.update(changes)
         now = _now_ms()
         value = TxnLogValue(target["producer_id"], target["producer_epoch"], target["timeout_ms"], int(state),
                             _by_topic(target["partitions"]), now, target["start_ms"], target["prev_producer_id"],
-                            target["next_producer_id"], target["client_txn_version"])
+                            target["next_producer_id"], target["client_txn_version"], target["next_producer_epoch"])
         batch = build_batch([(encode_key(md.transactional_id), encode_value(value))])
         md.pending = state
         try:
@@ -202,8 +224,55 @@ class TransactionCoordinator:
 
     async def init_producer_id(self, tid: str, timeout_ms: int, expected_pid: int = -1,
                                expected_epoch: int = -1) -> tuple[ErrorCode, int, int]:
-        if timeout_ms <= 0 or timeout_ms > self.max_timeout_ms:
-            return ErrorCode.INVALID_TRANSACTION_TIMEOUT, -1, -1
+        """InitProducerId up to v5 (no 2PC): (error, producer id, epoch)."""
+        err, pid, epoch, _, _ = await self.init_producer_id_2pc(tid, timeout_ms, expected_pid, expected_epoch)
+        return err, pid, epoch
+
+    async def init_producer_id_2pc(self, tid: str, timeout_ms: int, expected_pid: int = -1,
+                                   expected_epoch: int = -1, enable_2pc: bool = False,
+                                   keep_prepared_txn: bool = False) -> tuple[ErrorCode, int, int, int, int]:
+        """InitProducerId v6 (KIP-939): (error, producer id, epoch, ongoing transaction's producer
+        id, its epoch); the last two are -1 unless a prepared transaction was kept."""
+        if keep_prepared_txn and not enable_2pc:
+            return ErrorCode.INVALID_REQUEST, -1, -1, -1, -1
+        if enable_2pc and not self.two_phase_commit_enable:
+            # Kafka answers an authorization failure, so a client cannot probe the broker config.
+            return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, -1, -1, -1
+        if enable_2pc:
+            timeout_ms = TWO_PC_TIMEOUT_MS  # the request's timeout is ignored (Kafka's resolvedTxnTimeoutMs)
+        elif timeout_ms <= 0 or timeout_ms > self.max_timeout_ms:
+            return ErrorCode.INVALID_TRANSACTION_TIMEOUT, -1, -1, -1, -1
+        if keep_prepared_txn:
+            await self.ensure_topic()
+            md = self.txns.get(tid)
+            if md is not None and md.state == TxnState.ONGOING and (
+                    err := self._check_loaded(tid)) == ErrorCode.NONE:
+                return await self._keep_prepared(md)
+        err, pid, epoch = await self._init_producer_id(tid, timeout_ms, expected_pid, expected_epoch)
+        return err, pid, epoch, -1, -1
+
+    async def _keep_prepared(self, md: TxnMetadata) -> tuple[ErrorCode, int, int, int, int]:
+        """keepPreparedTxn on an Ongoing transaction: keep it, fence whoever held it, and hand the
+        caller a new epoch to complete it with, plus the prepared transaction's own id/epoch."""
+        if md.pending is not None:
+            return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1, -1, -1
+        if not md.two_phase_commit:
+            # Only a 2PC transaction survives a producer restart (Kafka: INVALID_TXN_STATE).
+            return ErrorCode.INVALID_TXN_STATE, -1, -1, -1, -1
+        new_epoch = md.client_epoch + 1
+        if new_epoch >= MAX_EPOCH - 1:
+            # Deviation: the recovered identity never rotates to a new producer id (Kafka's
+            # nextProducerId); an exhausted epoch leaves only forceTerminateTransaction.
+            return ErrorCode.PRODUCER_FENCED, -1, -1, -1, -1
+        err = await self._persist(md, TxnState.ONGOING, next_producer_epoch=new_epoch)
+        if err != ErrorCode.NONE:
+            return err, -1, -1, -1, -1
+        log.info("kept prepared transaction %s (producer %d epoch %d) for a new instance at epoch %d",
+                 md.transactional_id, md.producer_id, md.producer_epoch, new_epoch)
+        return ErrorCode.NONE, md.producer_id, new_epoch, md.producer_id, md.producer_epoch
+
+    async def _init_producer_id(self, tid: str, timeout_ms: int, expected_pid: int,
+                                expected_epoch: int) -> tuple[ErrorCode, int, int]:
         await self.ensure_topic()
         if (err := self._check_loaded(tid)) != ErrorCode.NONE:
             return err, -1, -1
@@ -238,10 +307,10 @@ class TransactionCoordinator:
             # the new one retry (CONCURRENT_TRANSACTIONS) until the abort is complete.
             err = await self._begin_end(md, commit=False, bump_epoch=True)
             return (err if err != ErrorCode.NONE else ErrorCode.CONCURRENT_TRANSACTIONS), -1, -1
-        if md.producer_epoch >= MAX_EPOCH - 1:
+        if md.client_epoch >= MAX_EPOCH - 1:
             new_pid, new_epoch = self.producer_ids.generate(), 0
         else:
-            new_pid, new_epoch = md.producer_id, md.producer_epoch + 1
+            new_pid, new_epoch = md.producer_id, md.client_epoch + 1
         # As Kafka's prepareIncrementProducerEpoch: the previous id/epoch is remembered only for a
         # caller that proved it held them (KIP-360), so only its retry is recognised; a plain
         # InitProducerId forgets it, and the instance it replaced stays fenced.
@@ -250,7 +319,7 @@ class TransactionCoordinator:
         else:
             last = (md.producer_id if new_pid != md.producer_id else -1, -1)
         err = await self._persist(md, TxnState.EMPTY, producer_id=new_pid, producer_epoch=new_epoch,
-                                  timeout_ms=timeout_ms, partitions=set(), start_ms=-1)
+                                  timeout_ms=timeout_ms, partitions=set(), start_ms=-1, next_producer_epoch=-1)
         if err != ErrorCode.NONE:
             return err, -1, -1
         md.last_producer_id, md.last_producer_epoch = last
@@ -264,11 +333,14 @@ class TransactionCoordinator:
         md = self.txns.get(tid)
         if md is None or md.producer_id != pid:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING, None
-        if md.producer_epoch != epoch:
+        if md.client_epoch != epoch:
             return ErrorCode.PRODUCER_FENCED, None
         if md.pending is not None or md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT,
                                                   TxnState.PREPARE_EPOCH_FENCE):
             return ErrorCode.CONCURRENT_TRANSACTIONS, None
+        if md.next_producer_epoch != -1:
+            # KIP-939: a recovered prepared transaction can only be completed, not extended.
+            return ErrorCode.INVALID_TXN_STATE, None
         return ErrorCode.NONE, md
 
     async def add_partitions(self, tid: str, pid: int, epoch: int, partitions: Iterable[tuple[str, int]],
@@ -295,7 +367,7 @@ class TransactionCoordinator:
         md = self.txns.get(tid)
         if md is None or md.producer_id != pid:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
-        if md.producer_epoch != epoch:
+        if md.producer_epoch != epoch or md.next_producer_epoch != -1:  # recovered: the old instance is fenced
             return ErrorCode.PRODUCER_FENCED
         if md.pending is not None or md.completing:
             return ErrorCode.CONCURRENT_TRANSACTIONS
@@ -311,6 +383,9 @@ class TransactionCoordinator:
         id/epoch is the bumped (or rotated) one; on an error it is (-1, -1), as Kafka answers."""
         if (err := self._check_loaded(tid)) != ErrorCode.NONE:
             return err, -1, -1
+        md = self.txns.get(tid)
+        if md is not None and md.state == TxnState.ONGOING and md.next_producer_epoch != -1:
+            return await self._complete_recovered(md, pid, epoch, commit, txn_version)
         if txn_version >= 2:
             return await self._end_txn_v2(tid, pid, epoch, commit)
         err = await self.end_txn(tid, pid, epoch, commit)
@@ -318,6 +393,25 @@ class TransactionCoordinator:
         if err != ErrorCode.NONE or md is None:
             return err, -1, -1
         return err, md.producer_id, md.producer_epoch
+
+    async def _complete_recovered(self, md: TxnMetadata, pid: int, epoch: int, commit: bool,
+                                  txn_version: int) -> tuple[ErrorCode, int, int]:
+        """KIP-939 completeTransaction: EndTxn from the instance that recovered a prepared
+        transaction with keepPreparedTxn, under the epoch it was given. The Prepare state (and the
+        markers) carry that epoch (TV1) or one more (TV2, whose every end bumps it), so they
+        are newer than anything the prepared transaction's own epoch wrote."""
+        if md.producer_id != pid:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING, -1, -1
+        if md.next_producer_epoch != epoch:
+            return ErrorCode.PRODUCER_FENCED, -1, -1
+        if md.pending is not None:
+            return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
+        err = await self._begin_end(md, commit=commit, bump_epoch=False, txn_version=txn_version)
+        if err != ErrorCode.NONE:
+            return err, -1, -1
+        if md.next_producer_id != -1:
+            return ErrorCode.NONE, md.next_producer_id, 0
+        return ErrorCode.NONE, md.producer_id, md.producer_epoch
 
     async def _end_txn_v2(self, tid: str, pid: int, epoch: int, commit: bool) -> tuple[ErrorCode, int, int]:
         """Kafka's endTransaction for TV2 clients (TransactionCoordinator.scala)."""
@@ -402,15 +496,19 @@ class TransactionCoordinator:
         transaction's own, for coordinator-initiated aborts)."""
         target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         tv = md.client_txn_version if txn_version is None else txn_version
-        changes: dict[str, Any] = {"client_txn_version": tv}
+        # A recovered prepared transaction (KIP-939) ends from its newer, client-side epoch.
+        changes: dict[str, Any] = {"client_txn_version": tv, "next_producer_epoch": -1}
+        if md.next_producer_epoch != -1:
+            changes["producer_epoch"] = md.next_producer_epoch
+        base_epoch = md.client_epoch
         if tv >= 2:
-            prepared, rotate = tv2_end_epochs(md.producer_epoch, fence=bump_epoch)
+            prepared, rotate = tv2_end_epochs(base_epoch, fence=bump_epoch)
             changes["producer_epoch"] = prepared
             changes["next_producer_id"] = self.producer_ids.generate() if rotate else -1
             if md.state != TxnState.ONGOING:  # an abort with no partitions: it starts now
                 changes["start_ms"] = _now_ms()
-        elif bump_epoch and md.producer_epoch + 1 < MAX_EPOCH:
-            changes["producer_epoch"] = md.producer_epoch + 1
+        elif bump_epoch and base_epoch + 1 < MAX_EPOCH:
+            changes["producer_epoch"] = base_epoch + 1
         err = await self._persist(md, target, **changes)
         if err != ErrorCode.NONE:
             return err
@@ -472,7 +570,9 @@ class TransactionCoordinator:
     async def abort_timed_out(self, now_ms: int | None = None) -> None:
         now = _now_ms() if now_ms is None else now_ms
         for md in list(self.txns.values()):
-            if md.state == TxnState.ONGOING and md.pending is None and md.start_ms + md.timeout_ms < now:
+            # A 2PC transaction (KIP-939) never times out: the external coordinator decides.
+            if md.state == TxnState.ONGOING and md.pending is None and not md.two_phase_commit \
+                    and md.start_ms + md.timeout_ms < now:
                 log.info("aborting transaction %s (producer %d epoch %d): timed out after %d ms",
                          md.transactional_id, md.producer_id, md.producer_epoch, md.timeout_ms)
                 self.timed_out_aborts += 1
@@ -502,6 +602,10 @@ class TransactionCoordinator:
                 continue
             out.append(md)
         return out
+
+
+def _bool(value: Any) -> bool:
+    return value if isinstance(value, bool) else str(value).strip().lower() == "true"
 
 
 def _by_topic(partitions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:

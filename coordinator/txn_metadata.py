@@ -9,6 +9,14 @@ aborts without knowing whether anything was added), and the fields Kafka's
 TransactionMetadata keeps for the per-transaction epoch bump: ``next_producer_id`` (the id a
 Prepare state rotates to when the bumped epoch is exhausted), ``prev_producer_id`` (the id it
 rotated from, so a retried EndTxn of that id is recognised) and ``client_txn_version``.
+
+Two-phase commit (KIP-939) adds no state either. As in Kafka, a 2PC transaction is one whose
+timeout is ``TWO_PC_TIMEOUT_MS`` (Integer.MAX_VALUE, what InitProducerId with ``enable2Pc``
+stores, so the flag survives in ``__transaction_state`` and the timeout sweeper skips it), and
+a prepared transaction kept across a producer restart (``keepPreparedTxn``) is an Ongoing one
+with a second, client-side identity: ``next_producer_epoch`` (Kafka's nextProducerEpoch, tagged
+field 3 of TransactionLogValue) is the epoch the new producer instance holds, while the
+transaction's data and markers stay under ``producer_id``/``producer_epoch``.
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ _PREVIOUS = {
 }
 
 MAX_EPOCH = 32767  # Short.MAX_VALUE: an epoch that would reach it forces a new producer id
+TWO_PC_TIMEOUT_MS = 2147483647  # Integer.MAX_VALUE: Kafka's marker of a 2PC transaction
 
 
 def tv2_end_epochs(epoch: int, fence: bool) -> tuple[int, bool]:
@@ -85,6 +94,9 @@ class TxnMetadata:
     prev_producer_id: int = -1
     next_producer_id: int = -1
     client_txn_version: int = 0
+    # KIP-939: the epoch a producer restarted with keepPreparedTxn holds while the prepared
+    # transaction it recovered is still Ongoing under producer_epoch (-1: none).
+    next_producer_epoch: int = -1
     # A transition written to the log but not yet applied (Kafka's pendingState): requests
     # arriving meanwhile get CONCURRENT_TRANSACTIONS.
     pending: TxnState | None = None
@@ -94,6 +106,16 @@ class TxnMetadata:
         for topic, p in sorted(self.partitions):
             out.setdefault(topic, []).append(p)
         return out
+
+    @property
+    def two_phase_commit(self) -> bool:
+        """KIP-939: Kafka's isDistributedTwoPhaseCommitTxn (the timeout is the flag)."""
+        return self.timeout_ms == TWO_PC_TIMEOUT_MS
+
+    @property
+    def client_epoch(self) -> int:
+        """The epoch the current producer instance holds (the recovered identity, if any)."""
+        return self.next_producer_epoch if self.next_producer_epoch != -1 else self.producer_epoch
 
     @property
     def completing(self) -> bool:

@@ -4,7 +4,11 @@ A thin typed layer over the schema-driven codec in storage.internal_records (sha
 group coordinator and dump-log). Values are written at v0 for transaction version 0/1, and at
 v1 (flexible) for transaction version 2, as Kafka's TransactionLog.valueToBytes does: v1 carries
 the TV2 fields as tagged fields (0 previousProducerId, 1 nextProducerId, 2
-clientTransactionVersion; a field at its default is not written), so Kafka's tools decode them.
+clientTransactionVersion, and 3 nextProducerEpoch for KIP-939's recovered prepared transaction;
+a field at its default is not written), so Kafka's tools decode them. A value with a non-default
+tagged field is written at v1 whatever the transaction version (a TV1 client's recovered 2PC
+transaction carries nextProducerEpoch). The 2PC flag itself is the timeout Integer.MAX_VALUE, as
+in Kafka.
 A null value (tombstone) removes an expired transactional id.
 """
 
@@ -27,6 +31,7 @@ class TxnLogValue:
     prev_producer_id: int = -1
     next_producer_id: int = -1
     client_txn_version: int = 0
+    next_producer_epoch: int = -1
 
 
 def encode_key(transactional_id: str) -> bytes:
@@ -44,12 +49,13 @@ def encode_value(v: TxnLogValue) -> bytes:
     # Kafka writes a null partition array for Empty (TransactionLog.valueToBytes).
     partitions = None if v.status == 0 and not v.partitions else [
         {"topic": t, "partitionIds": sorted(ps)} for t, ps in sorted(v.partitions.items())]
-    return encode(TRANSACTION_LOG_VALUE, 1 if v.client_txn_version >= 2 else 0, {
+    flexible = v.client_txn_version >= 2 or v.next_producer_epoch != -1
+    return encode(TRANSACTION_LOG_VALUE, 1 if flexible else 0, {
         "producerId": v.producer_id, "producerEpoch": v.producer_epoch, "transactionTimeoutMs": v.timeout_ms,
         "transactionStatus": v.status, "transactionPartitions": partitions,
         "transactionLastUpdateTimestampMs": v.last_update_ms, "transactionStartTimestampMs": v.start_ms,
         "previousProducerId": v.prev_producer_id, "nextProducerId": v.next_producer_id,
-        "clientTransactionVersion": v.client_txn_version,
+        "clientTransactionVersion": v.client_txn_version, "nextProducerEpoch": v.next_producer_epoch,
     })
 
 
@@ -61,4 +67,4 @@ def decode_value(data: bytes) -> TxnLogValue:
     return TxnLogValue(f["producerId"], f["producerEpoch"], f["transactionTimeoutMs"], f["transactionStatus"], parts,
                        f["transactionLastUpdateTimestampMs"], f["transactionStartTimestampMs"],
                        f.get("previousProducerId", -1), f.get("nextProducerId", -1),
-                       f.get("clientTransactionVersion", 0))
+                       f.get("clientTransactionVersion", 0), f.get("nextProducerEpoch", -1))

@@ -287,6 +287,8 @@ TRANSACTION_LOG_VALUE = Schema("TransactionLogValue", (
     F("previousProducerId", "int64", "1+", default=-1, tag=0),
     F("nextProducerId", "int64", "1+", default=-1, tag=1),
     F("clientTransactionVersion", "int16", "1+", default=0, tag=2),
+    # KIP-939 (Kafka trunk): the epoch of the producer that recovered a prepared transaction.
+    F("nextProducerEpoch", "int16", "1+", default=-1, tag=3),
 ), max_version=1, first_flexible=1)
 
 # The consumer protocol's embedded subscription / assignment (JoinGroup metadata, SyncGroup bytes).
@@ -418,6 +420,23 @@ def _dump_group_metadata(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
+# TransactionLogValue v1's tagged fields (KIP-890 part 2, KIP-939) with their defaults.
+_TXN_TAGGED_DEFAULTS = {"previousProducerId": -1, "nextProducerId": -1, "clientTransactionVersion": 0,
+                        "nextProducerEpoch": -1}
+TWO_PC_TIMEOUT_MS = 2147483647  # Kafka marks a two-phase-commit (KIP-939) transaction by this timeout
+
+
+def _dump_transaction_value(version: int, data: dict[str, Any]) -> dict[str, Any]:
+    """dump-log of a __transaction_state value: a v1 value lists every tagged field (the TV2
+    previous/next producer id and client transaction version, KIP-939's nextProducerEpoch), also
+    at its default, and a 2PC transaction gets ``"twoPhaseCommit":true`` beside ``version`` (a
+    kbroker addition: Kafka's formatter leaves the reader to spot the Integer.MAX_VALUE timeout)."""
+    if version >= 1:
+        for name, default in _TXN_TAGGED_DEFAULTS.items():
+            data.setdefault(name, default)
+    return {"twoPhaseCommit": True} if data.get("transactionTimeoutMs") == TWO_PC_TIMEOUT_MS else {}
+
+
 def _json(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
@@ -434,7 +453,10 @@ def decode_coordinator_record(topic: str, offset: int, key: bytes | None, value:
             return (key_text, "<DELETE>")
         if topic != TRANSACTION_TOPIC and record_type == GROUP_METADATA:
             value_data = _dump_group_metadata(value_data)
-        return (key_text, _json({"version": str(version), "data": _jsonable(value_data)}))
+        payload: dict[str, Any] = {"version": str(version), "data": _jsonable(value_data)}
+        if topic == TRANSACTION_TOPIC:
+            payload.update(_dump_transaction_value(version, payload["data"]))
+        return (key_text, _json(payload))
     except UnknownRecordType as e:
         return (f"Unknown record type {e.record_type} at offset {offset}, skipping.", None)
     except (ValueError, UnicodeDecodeError, struct.error) as e:

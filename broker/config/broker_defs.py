@@ -273,6 +273,9 @@ _BROKER_DEFS: list[ConfigDef] = [
        "How often timed-out transactions are looked for and aborted.", at_least(1)),
     _b("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000,
        "How often expired transactional ids are removed.", at_least(1)),
+    _b("transaction.two.phase.commit.enable", "boolean", False,
+       "Allow producers to use two-phase commit (KIP-939: InitProducerId enable2Pc). When false such a "
+       "request gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED."),
     _b("producer.id.expiration.ms", "int", _DAY_MS,
        "Idle time after which a partition forgets an idempotent producer's state.", at_least(1), dynamic=True),
     _b("producer.id.expiration.check.interval.ms", "int", 600000, "How often expired producer ids are removed.",

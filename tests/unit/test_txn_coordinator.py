@@ -98,6 +98,7 @@ class Config:
             "transaction.abort.timed.out.transaction.cleanup.interval.ms": 3_600_000,
             "transaction.remove.expired.transaction.cleanup.interval.ms": 3_600_000,
             "transaction.state.log.segment.bytes": 104857600,
+            "transaction.two.phase.commit.enable": False,
             **overrides,
         }
 
