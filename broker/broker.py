@@ -155,19 +155,11 @@ class Broker:
         settings = {name: cfg.get(name) for name in (
             "kbroker.etcd.endpoints", "kbroker.etcd.username", "kbroker.etcd.password",
             "broker.session.timeout.ms", "broker.heartbeat.interval.ms")}
-        from cluster.etcd_store import EtcdMetadataStore
-
-        class ClusterMetadataStore(EtcdMetadataStore, MetadataStore):
-            """The etcd store, also a broker.metadata.MetadataStore: methods of that interface it
-            does not implement yet (SCRAM credentials, ACLs, client quotas) answer its defaults
-            instead of AttributeError. Goes away once the interface lives in cluster/ alone."""
-
         try:
             self.cluster = await ClusterNode.start(
                 settings, node_id=self.node_id, endpoints=[Endpoint(advertised.name, advertised.host, advertised.port)],
                 rack=cfg.get("broker.rack") or None, log_dirs=self.log_dirs,
-                default_replication_factor=lambda: int(cfg.get("default.replication.factor")),
-                store_class=ClusterMetadataStore)
+                default_replication_factor=lambda: int(cfg.get("default.replication.factor")))
         except ClusterStartError as e:
             raise OSError(str(e)) from None
         return self.cluster.store

@@ -1,8 +1,10 @@
-"""Cluster metadata behind one interface: brokers, topics (ids, partition counts, configs), leaders.
+"""Cluster metadata for the broker: the single-node store, and the interface re-exported from cluster/.
 
-``MetadataStore`` is what handlers and coordinators use. ``LocalMetadataStore`` serves a single
-node and persists to ``<first log dir>/kbroker-metadata.json`` with atomic writes; a cluster
-implementation (etcd) will keep the same interface.
+``MetadataStore`` (the interface handlers and coordinators use), ``BrokerInfo``, ``TopicInfo`` and
+topic-name validation live in ``cluster/metadata_store.py`` (the etcd store of cluster mode must not
+import ``broker/``) and are re-exported here, so ``from broker.metadata import ...`` keeps working.
+``LocalMetadataStore`` serves a single node and persists to ``<first log dir>/kbroker-metadata.json``
+with atomic writes; ``cluster.etcd_store.EtcdMetadataStore`` implements the same interface on etcd.
 """
 
 from __future__ import annotations
@@ -13,15 +15,23 @@ import functools
 import json
 import logging
 import os
-import re
 import time
 import uuid
-from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from cluster.metadata_store import (  # noqa: F401 - re-exported: the interface moved to cluster/
+    INTERNAL_TOPICS,
+    MAX_TOPIC_NAME_LENGTH,
+    NEW_CLUSTER_FEATURES,
+    BrokerInfo,
+    MetadataListener,
+    MetadataStore,
+    TopicInfo,
+    unify_collision_chars,
+    validate_topic_name,
+)
 from protocol.errors import ErrorCode, KafkaError
 from security import quotas as client_quotas
 from security import scram_credentials as scram
@@ -30,185 +40,6 @@ from storage.checkpoints import atomic_write_bytes
 
 log = logging.getLogger("broker.metadata")
 T = TypeVar("T")
-
-MAX_TOPIC_NAME_LENGTH = 249
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
-# Feature levels a newly created cluster starts with (see LocalMetadataStore._load).
-NEW_CLUSTER_FEATURES = {"transaction.version": 2}
-
-
-def validate_topic_name(name: str | None) -> None:
-    """Kafka's topic name rules; raises KafkaError(INVALID_TOPIC_EXCEPTION)."""
-    if not name:
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
-    if len(name) > MAX_TOPIC_NAME_LENGTH:
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                         f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters")
-    if not _LEGAL_TOPIC.match(name):
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                         f"Topic name '{name}' is illegal, it contains a character other than ASCII "
-                         "alphanumerics, '.', '_' and '-'")
-
-
-def unify_collision_chars(name: str) -> str:
-    return name.replace(".", "_")
-
-
-@dataclass(slots=True)
-class BrokerInfo:
-    node_id: int
-    host: str
-    port: int
-    rack: str | None = None
-
-
-@dataclass(slots=True)
-class TopicInfo:
-    name: str
-    topic_id: uuid.UUID
-    num_partitions: int
-    configs: dict[str, str] = field(default_factory=dict)
-    internal: bool = False
-
-    def to_json(self) -> dict:
-        return {"name": self.name, "topic_id": str(self.topic_id), "num_partitions": self.num_partitions,
-                "configs": self.configs, "internal": self.internal}
-
-    @classmethod
-    def from_json(cls, d: dict) -> TopicInfo:
-        return cls(d["name"], uuid.UUID(d["topic_id"]), d["num_partitions"], dict(d.get("configs", {})),
-                   d.get("internal", False))
-
-
-# Listener signature: (event, topic_info) with event in {"created", "deleted", "partitions", "configs"}.
-MetadataListener = Callable[[str, TopicInfo], None]
-
-
-class MetadataStore(ABC):
-    """Everything a broker needs to know about the cluster."""
-
-    cluster_id: str
-    controller_id: int
-
-    def __init__(self) -> None:
-        self._listeners: list[MetadataListener] = []
-
-    def add_listener(self, fn: MetadataListener) -> None:
-        self._listeners.append(fn)
-
-    def _notify(self, event: str, topic: TopicInfo) -> None:
-        for fn in self._listeners:
-            fn(event, topic)
-
-    @abstractmethod
-    def brokers(self) -> list[BrokerInfo]: ...
-
-    @abstractmethod
-    def topics(self) -> dict[str, TopicInfo]: ...
-
-    def get_topic(self, name: str) -> TopicInfo | None:
-        return self.topics().get(name)
-
-    @abstractmethod
-    def get_topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None: ...
-
-    @abstractmethod
-    def leader(self, topic: str, partition: int) -> int: ...
-
-    @abstractmethod
-    def leader_epoch(self, topic: str, partition: int) -> int: ...
-
-    def replicas(self, topic: str, partition: int) -> list[int]:
-        return [self.leader(topic, partition)]
-
-    def isr(self, topic: str, partition: int) -> list[int]:
-        return self.replicas(topic, partition)
-
-    def offline_replicas(self, topic: str, partition: int) -> list[int]:
-        """Replicas on brokers that are not live (always none on a single node)."""
-        return []
-
-    def fenced(self) -> bool:
-        """True while this broker must not act as a leader (cluster mode, see cluster/etcd_store.py)."""
-        return False
-
-    @abstractmethod
-    async def create_topic(self, name: str, num_partitions: int, configs: dict[str, str],
-                           *, internal: bool = False) -> TopicInfo: ...
-
-    @abstractmethod
-    async def delete_topic(self, name: str) -> TopicInfo: ...
-
-    @abstractmethod
-    async def add_partitions(self, name: str, total: int) -> TopicInfo: ...
-
-    @abstractmethod
-    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo: ...
-
-    @abstractmethod
-    def broker_dynamic_configs(self) -> dict[str, str]: ...
-
-    @abstractmethod
-    async def set_broker_dynamic_configs(self, configs: dict[str, str]) -> None: ...
-
-    # Finalized feature levels (KIP-584), e.g. ``transaction.version``: a level of 0 means "not
-    # finalized" (absent from ApiVersions), as in Kafka. The epoch grows with every change.
-    def finalized_features(self) -> dict[str, int]:
-        return {}
-
-    def features_epoch(self) -> int:
-        return -1
-
-    async def set_finalized_feature(self, name: str, level: int) -> None:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, "this metadata store cannot change feature levels")
-
-    # SCRAM credentials (user -> mechanism -> salted/hashed credential), so that every broker of a
-    # cluster authenticates against the same ones.
-    def scram_credentials(self) -> scram.Credentials:
-        return {}
-
-    async def alter_scram_credentials(self, deletions: list[tuple[str, str]],
-                                      upserts: list[tuple[str, str, scram.ScramCredential]]) -> None:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, "this metadata store cannot store SCRAM credentials")
-
-    def check_collision(self, name: str) -> None:
-        unified = unify_collision_chars(name)
-        for other in self.topics():
-            if other != name and unify_collision_chars(other) == unified:
-                raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                                 f"Topic '{name}' collides with existing topic: {other}")
-
-    def check_partition_increase(self, name: str, total: int) -> TopicInfo:
-        """The topic CreatePartitions would grow to ``total`` partitions, or Kafka's error."""
-        info = self.get_topic(name)
-        if info is None:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
-        if total <= info.num_partitions:
-            raise KafkaError(ErrorCode.INVALID_PARTITIONS,
-                             f"Topic currently has {info.num_partitions} partitions, which is higher than or "
-                             f"equal to the requested {total}.")
-        return info
-
-    # ACL bindings (security/authorizer.py), so that every broker of a cluster authorizes alike. The
-    # sequence returned is immutable and replaced on every change (the authorizer re-indexes on that).
-    def acls(self) -> tuple[AclBinding, ...]:
-        return ()
-
-    async def alter_acls(self, creations: list[AclBinding], deletions: list[AclBinding]) -> None:
-        """Add ``creations`` (already present ones are kept once) and remove ``deletions``, as one change."""
-        raise KafkaError(ErrorCode.INVALID_REQUEST, "this metadata store cannot store ACLs")
-
-    # Client quotas (security/quotas.py: entity -> key -> value), so that every broker of a cluster
-    # throttles alike. The mapping returned is replaced, never mutated, on every change.
-    def client_quotas(self) -> client_quotas.Quotas:
-        return {}
-
-    async def alter_client_quotas(self, quotas: client_quotas.Quotas) -> None:
-        """Replace the whole quota map (the handler computes it from the current one)."""
-        raise KafkaError(ErrorCode.INVALID_REQUEST, "this metadata store cannot store client quotas")
 
 
 class LocalMetadataStore(MetadataStore):

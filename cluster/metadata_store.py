@@ -1,10 +1,12 @@
 """The metadata interface every broker component uses, and its data classes (moved from broker/metadata.py).
 
 ``MetadataStore`` is what handlers and coordinators use: brokers, topics (ids, partition counts,
-configs), replica assignments, partition state (leader, leader epoch, ISR), broker dynamic configs
-and finalized features. Two implementations: ``cluster.local_store.LocalMetadataStore`` (single node,
-a JSON file) and ``cluster.etcd_store.EtcdMetadataStore`` (cluster mode, etcd). This module lives in
-``cluster/`` so that the etcd store never imports ``broker/``; ``broker.metadata`` re-exports it.
+configs), replica assignments, partition state (leader, leader epoch, ISR), broker dynamic configs,
+finalized features, SCRAM credentials, ACLs and client quotas. Two implementations:
+``broker.metadata.LocalMetadataStore`` (single node, JSON files) and ``cluster.etcd_store.
+EtcdMetadataStore`` (cluster mode, etcd). The interface lives in ``cluster/`` so that the etcd store
+never imports ``broker/``; ``broker.metadata`` re-exports every name, so existing imports keep working.
+New interface methods belong here.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 from protocol.errors import ErrorCode, KafkaError
 from security import quotas as client_quotas
 from security import scram_credentials as scram
+from security.authorizer import AclBinding
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -121,8 +124,7 @@ class MetadataStore(ABC):
         return []
 
     def fenced(self) -> bool:
-        """True while this broker must not act as a leader (cluster mode: its etcd session passed
-        its local fencing deadline). A single node is never fenced."""
+        """True while this broker must not act as a leader (cluster mode, see cluster/etcd_store.py)."""
         return False
 
     @abstractmethod
@@ -167,15 +169,6 @@ class MetadataStore(ABC):
                                       upserts: list[tuple[str, str, scram.ScramCredential]]) -> None:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "this metadata store cannot store SCRAM credentials")
 
-    # Client quotas (security/quotas.py: entity -> key -> value), so that every broker of a cluster
-    # throttles alike. The mapping returned is replaced, never mutated, on every change.
-    def client_quotas(self) -> client_quotas.Quotas:
-        return {}
-
-    async def alter_client_quotas(self, quotas: client_quotas.Quotas) -> None:
-        """Replace the whole quota map (the handler computes it from the current one)."""
-        raise KafkaError(ErrorCode.INVALID_REQUEST, "this metadata store cannot store client quotas")
-
     def check_collision(self, name: str) -> None:
         unified = unify_collision_chars(name)
         for other in self.topics():
@@ -193,3 +186,21 @@ class MetadataStore(ABC):
                              f"Topic currently has {info.num_partitions} partitions, which is higher than or "
                              f"equal to the requested {total}.")
         return info
+
+    # ACL bindings (security/authorizer.py), so that every broker of a cluster authorizes alike. The
+    # sequence returned is immutable and replaced on every change (the authorizer re-indexes on that).
+    def acls(self) -> tuple[AclBinding, ...]:
+        return ()
+
+    async def alter_acls(self, creations: list[AclBinding], deletions: list[AclBinding]) -> None:
+        """Add ``creations`` (already present ones are kept once) and remove ``deletions``, as one change."""
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "this metadata store cannot store ACLs")
+
+    # Client quotas (security/quotas.py: entity -> key -> value), so that every broker of a cluster
+    # throttles alike. The mapping returned is replaced, never mutated, on every change.
+    def client_quotas(self) -> client_quotas.Quotas:
+        return {}
+
+    async def alter_client_quotas(self, quotas: client_quotas.Quotas) -> None:
+        """Replace the whole quota map (the handler computes it from the current one)."""
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "this metadata store cannot store client quotas")
