@@ -35,6 +35,8 @@ from kafka.protocol.admin import (
     DescribeTransactionsRequest,
     DescribeUserScramCredentialsRequest,
     IncrementalAlterConfigsRequest,
+    ListGroupsRequest,
+    ListTransactionsRequest,
     UpdateFeaturesRequest,
 )
 from kafka.protocol.consumer import (
@@ -363,3 +365,33 @@ def test_allowed_principal_gets_no_authorization_error(acl_broker: BrokerProcess
     wrong = {label: sorted(E(c).name for c in results[label]) for label, *_ in MATRIX
              if results[label] & AUTH_ERRORS}
     assert wrong == {}, wrong
+
+
+def test_list_apis_show_only_what_may_be_described(acl_broker: BrokerProcess) -> None:
+    group, tid = "acl-list-g", "acl-list-tx"
+
+    def listed() -> tuple[set[str], set[str], set[str]]:
+        with RawConnection(acl_broker.bootstrap, timeout=30) as c:
+            groups = c.request(ListGroupsRequest(version=4, states_filter=[]), 4).groups
+            txns = c.request(ListTransactionsRequest(version=0, state_filters=[], producer_id_filters=[]), 0)
+            topics = c.request(MetadataRequest(version=12, topics=None, allow_auto_topic_creation=False,
+                                               include_topic_authorized_operations=False), 12).topics
+        return ({g.group_id for g in groups}, {t.transactional_id for t in txns.transaction_states},
+                {t.name for t in topics})
+
+    _write_acls(acl_broker.data_dir, ALLOWED)
+    acl_broker.restart()
+    with RawConnection(acl_broker.bootstrap, timeout=30) as c:
+        commit = _offset_commit()
+        commit.group_id = group
+        assert _codes(c.request(commit, 8)) == {E.NONE}
+        init = InitProducerIdRequest(version=4, transactional_id=tid, transaction_timeout_ms=60000, producer_id=-1,
+                                     producer_epoch=-1)
+        assert c.request(init, 4).error_code == E.NONE
+    groups, txns, topics = listed()
+    assert group in groups and tid in txns and TOPIC in topics
+
+    _write_acls(acl_broker.data_dir, DENIED)
+    acl_broker.restart()
+    groups, txns, topics = listed()
+    assert group not in groups and tid not in txns and TOPIC not in topics
