@@ -208,3 +208,32 @@ async def test_force_terminate_aborts_a_prepared_transaction(broker_factory):
     # the prepared state is gone: completing it now finds nothing to commit
     async with TwoPhaseProducer(broker.bootstrap, "tx-ft") as p:
         assert await p.complete_prepared(state) is False
+
+
+async def test_enable2pc_needs_two_phase_commit_on_the_transactional_id(broker_factory, tmp_path):
+    """KIP-939: WRITE on the transactional id is not enough for enable2Pc; TWO_PHASE_COMMIT is."""
+    from kafka.protocol.producer import InitProducerIdRequest
+
+    def acl(op: str) -> dict:
+        return {"resource_type": "TRANSACTIONAL_ID", "name": "tx-acl", "pattern_type": "LITERAL",
+                "principal": "User:ANONYMOUS", "host": "*", "operation": op, "permission": "ALLOW"}
+
+    data_dir = tmp_path / "acl"
+    data_dir.mkdir()
+    acls = data_dir / "kbroker-acls.json"
+    acls.write_text(json.dumps({"version": 1, "acls": [acl("WRITE")]}))
+    broker = broker_factory({**CONFIG, "authorizer.class.name": "standard",
+                             "allow.everyone.if.no.acl.found": "false"}, data_dir=data_dir)
+
+    async def init(enable_2pc: bool) -> int:
+        async with ProtocolClient(*_addr(broker)) as c:
+            r = await c.request(InitProducerIdRequest(
+                version=6, transactional_id="tx-acl", transaction_timeout_ms=1000, producer_id=-1,
+                producer_epoch=-1, enable2_pc=enable_2pc, keep_prepared_txn=False), 6)
+            return r.error_code
+
+    assert await init(False) == E.NONE
+    assert await init(True) == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    acls.write_text(json.dumps({"version": 1, "acls": [acl("WRITE"), acl("TWO_PHASE_COMMIT")]}))
+    broker.restart()
+    assert await init(True) == E.NONE
