@@ -109,6 +109,24 @@ def test_max_connections_holds_new_connections_until_a_slot_frees(broker_factory
             s.close()
 
 
+def test_an_idle_or_half_open_client_cannot_keep_its_slot(broker_factory):
+    """A client that connects and then goes silent (or whose peer vanished without a FIN) is closed
+    after connections.max.idle.ms, and the connection waiting for max.connections gets its slot."""
+    broker = broker_factory(overrides={"max.connections": "1", "connections.max.idle.ms": "1500"})
+    _wait_for(lambda: "listening on" in broker.log_text(), "start-up")
+    silent = _connect(broker.bootstrap)
+    waiting = _connect(broker.bootstrap)
+    try:
+        waiting.sendall(encode_request(ApiVersionsRequest[0](), 0, 9))
+        waiting.settimeout(60)
+        assert read_frame(waiting), "served once the silent connection was expired"
+        silent.settimeout(60)
+        assert silent.recv(1) == b"", "the silent connection was closed by the broker"
+    finally:
+        silent.close()
+        waiting.close()
+
+
 def test_max_connections_per_ip_is_dynamic(broker_factory):
     broker = broker_factory()
     socks = [_connect(broker.bootstrap) for _ in range(2)]
@@ -249,6 +267,9 @@ def test_producer_over_its_byte_rate_quota_is_throttled_to_it(broker_factory):
 
     producer = Producer({"bootstrap.servers": broker.bootstrap, "client.id": "throttled-producer", "acks": 1,
                          "linger.ms": 5, "batch.size": 65536,
+                         # A small local queue, so that what is still queued when the run stops drains in well
+                         # under a second at the quota (librdkafka's default queue holds up to 1 GB).
+                         "queue.buffering.max.kbytes": 256,
                          "throttle_cb": lambda ev: throttles.append((time.monotonic(), ev.throttle_time))})
     deadline = time.monotonic() + 90
     measure_end = None
