@@ -230,7 +230,6 @@ class ClientQuotaManager:
         if q is not self._seen:
             self._seen = q
             self._enabled = {k for v in q.values() for k in v}
-            self._sensors.clear()  # bounds may have changed; Kafka re-configures, we start afresh
         return q
 
     def enabled(self, key: str) -> bool:
@@ -269,6 +268,8 @@ class ClientQuotaManager:
             if len(self._sensors) > 10000:  # Kafka expires inactive sensors after an hour
                 self._expire(now)
             s = self._sensors[sk] = _Sensor(Rate(self.samples, self.window_ms), bound)
+        # A changed quota applies to the rate measured so far, as Kafka re-configures its metric.
+        s.bound = bound
         s.last_used = now
         return s
 
