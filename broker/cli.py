@@ -184,7 +184,6 @@ def build_parser() -> argparse.ArgumentParser:
         ("perf", "cli.perf", "load tests: produce | consume"),
         ("users", "cli.users", "SCRAM credentials: list | add | delete | bootstrap (before first start)"),
         ("acls", "cli.acls", "ACLs: add | list | remove (kafka-acls)"),
-        ("acls", "cli.acls", "ACLs: add | list | remove (kafka-acls)"),
         ("cluster", "cli.cluster", "local cluster (etcd + N brokers): up | status | down --dir DIR"),
     ):
         p = sub.add_parser(name, help=text, add_help=False)
@@ -196,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
 _DELEGATED = {"groups": "cli.groups", "transactions": "cli.transactions", "features": "cli.features",
               "topics": "cli.topics", "configs": "cli.configs", "console-producer": "cli.console_producer",
               "console-consumer": "cli.console_consumer", "get-offsets": "cli.get_offsets", "perf": "cli.perf",
-              "users": "cli.users", "cluster": "cli.cluster", "acls": "cli.acls", "acls": "cli.acls"}
+              "users": "cli.users", "cluster": "cli.cluster", "acls": "cli.acls"}
 
 
 def main(argv: list[str] | None = None) -> int:
