@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, Producer
 from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasRequest
 from kafka.protocol.metadata import ApiVersionsRequest
 
-from tests.helpers.broker_proc import REPO_ROOT
+from tests.helpers.broker_proc import REPO_ROOT, BrokerProcess, free_port
 from tests.helpers.wire import RawConnection, encode_request, parse_bootstrap, read_frame
 
 
@@ -365,3 +365,50 @@ def test_kbroker_configs_users_and_clients_alter_and_describe_quotas(broker):
                            "--add-config", "producer_byte_rate=1.5")
     assert out.returncode == 1
     assert "Configuration producer_byte_rate must be a Long value (INVALID_REQUEST)" in out.stderr
+
+
+
+class _TwoListenerBroker(BrokerProcess):
+    """A broker with a second listener, INTERNAL, named as the inter-broker listener."""
+
+    def __init__(self, *args, internal_port: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.internal = f"127.0.0.1:{internal_port}"
+
+    def command(self) -> list[str]:
+        cmd = super().command()
+        i = cmd.index(f"listeners=PLAINTEXT://{self.bootstrap}")
+        cmd[i] = f"listeners=PLAINTEXT://{self.bootstrap},INTERNAL://{self.internal}"
+        return cmd
+
+
+def test_listener_max_connections_and_the_protected_inter_broker_listener(tmp_path):
+    """listener.name.<l>.max.connections holds that listener's extra connection; with several listeners
+    the inter-broker one is not held by max.connections, and its connection closes the least recently
+    active connection of another listener (KIP-402)."""
+    with _TwoListenerBroker(tmp_path / "data", internal_port=free_port(), overrides={
+            "max.connections": "2", "listener.name.internal.max.connections": "1",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
+            "inter.broker.listener.name": "INTERNAL"}) as broker:
+        old = _connect(broker.bootstrap)
+        assert _api_versions(old)
+        recent = _connect(broker.bootstrap)
+        assert _api_versions(recent)
+        # max.connections=2 is reached: the inter-broker listener is not held back by it...
+        ib = _connect(broker.internal)
+        assert _api_versions(ib), "the inter-broker listener is protected"
+        # ...and the least recently active client connection made room for it.
+        old.settimeout(60)
+        assert old.recv(1) == b""
+        assert _api_versions(recent, 2)
+        # Its own listener limit still applies: a second inter-broker connection waits.
+        ib2 = _connect(broker.internal)
+        ib2.sendall(encode_request(ApiVersionsRequest[0](), 0, 5))
+        ib2.settimeout(1.0)
+        with pytest.raises(TimeoutError):
+            ib2.recv(1)
+        ib.close()
+        ib2.settimeout(60)
+        assert read_frame(ib2), "admitted once the first inter-broker connection closed"
+        for s in (old, recent, ib2):
+            s.close()
