@@ -340,10 +340,10 @@ def _report_orphaned_change(task: asyncio.Task) -> None:
 
 
 def _write_delay() -> Callable[[], None] | None:
-    """Test-only: ``KBROKER_DELAY_POINT=metadata.before_rename:<ms>`` holds every metadata write in
+    """Test-only: ``KBROKERTEST_DELAY_POINT=metadata.before_rename:<ms>`` holds every metadata write in
     its executor thread for ``ms`` between its complete temporary file and the rename, so a request
     cancelled (client gone) in the middle of a write is testable deterministically."""
-    name, _, ms = os.environ.get("KBROKER_DELAY_POINT", "").rpartition(":")
+    name, _, ms = os.environ.get("KBROKERTEST_DELAY_POINT", "").rpartition(":")
     if name != "metadata.before_rename" or not ms.isdigit():
         return None
 

@@ -75,7 +75,7 @@ _SCRATCH_SIZE = 64 * 1024
 _MIN_PARTIAL = 16 * 1024
 _GROWTH = 4
 # Test-only: log at DEBUG how many bytes a partly read frame holds (see tests/integration/test_connection_limits.py).
-_TRACE_BUFFERS = os.environ.get("KBROKER_TRACE_REQUEST_BUFFERS") == "1"
+_TRACE_BUFFERS = os.environ.get("KBROKERTEST_TRACE_REQUEST_BUFFERS") == "1"
 
 
 class CloseConnection(Exception):

@@ -25,8 +25,8 @@ from typing import Any
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 # Every broker round trip of a tool is bounded by this (admin requests, metadata, futures);
-# KBROKER_TOOL_TIMEOUT_S changes it (tests use a short one).
-TIMEOUT_S = float(os.environ.get("KBROKER_TOOL_TIMEOUT_S", "15"))
+# KBROKERTEST_TOOL_TIMEOUT_S changes it (tests use a short one).
+TIMEOUT_S = float(os.environ.get("KBROKERTEST_TOOL_TIMEOUT_S", "15"))
 CONNECT_TIMEOUT_S = 5.0
 
 

@@ -29,14 +29,14 @@ KIP-890 verification of a produce). ``keep_prepared_txn=False`` with ``enable_2p
 operator's forceTerminateTransaction: the Ongoing transaction is aborted under a bumped epoch, as
 for any InitProducerId.
 
-Fault injection for tests: the environment variable ``KBROKER_CRASH_POINT`` names a point
+Fault injection for tests: the environment variable ``KBROKERTEST_CRASH_POINT`` names a point
 ("txn.after_prepare_commit", "txn.after_prepare_abort", "txn.after_markers") at which the
 broker process kills itself with SIGKILL, so crash recovery is testable without timing luck.
-``KBROKER_DELAY_POINT=<point>:<ms>`` (point "txn.before_markers") instead holds the commit or
+``KBROKERTEST_DELAY_POINT=<point>:<ms>`` (point "txn.before_markers") instead holds the commit or
 abort of a prepared transaction for ``ms`` milliseconds before its markers are written, with an
 ``asyncio.sleep`` (the event loop keeps serving), so requests that arrive while a transaction is
 in PrepareCommit/PrepareAbort are testable deterministically.
-``KBROKER_TEST_TXN_FIRST_EPOCH=<n>`` makes a new transactional id start at epoch ``n`` instead
+``KBROKERTEST_TXN_FIRST_EPOCH=<n>`` makes a new transactional id start at epoch ``n`` instead
 of 0, so epoch exhaustion (a new producer id after Short.MAX_VALUE - 1) is reachable in a test
 without 32767 transactions.
 """
@@ -77,15 +77,15 @@ def _now_ms() -> int:
 
 
 def _crash_if(point: str) -> None:
-    if os.environ.get("KBROKER_CRASH_POINT") == point:
+    if os.environ.get("KBROKERTEST_CRASH_POINT") == point:
         log.warning("fault injection: crashing at %s", point)
         logging.shutdown()
         os.kill(os.getpid(), signal.SIGKILL)
 
 
 async def _delay_if(point: str) -> None:
-    """Test-only: ``KBROKER_DELAY_POINT=<point>:<ms>`` pauses this coroutine (never the loop) at ``point``."""
-    name, _, ms = os.environ.get("KBROKER_DELAY_POINT", "").rpartition(":")
+    """Test-only: ``KBROKERTEST_DELAY_POINT=<point>:<ms>`` pauses this coroutine (never the loop) at ``point``."""
+    name, _, ms = os.environ.get("KBROKERTEST_DELAY_POINT", "").rpartition(":")
     if name == point and ms.isdigit():
         log.warning("fault injection: delaying %s by %s ms", point, ms)
         await asyncio.sleep(int(ms) / 1000)
@@ -280,7 +280,7 @@ class TransactionCoordinator:
         if md is None:
             md = TxnMetadata(tid, self.producer_ids.generate(), -1, timeout_ms, TxnState.EMPTY)
             self.txns[tid] = md
-            first = os.environ.get("KBROKER_TEST_TXN_FIRST_EPOCH", "")
+            first = os.environ.get("KBROKERTEST_TXN_FIRST_EPOCH", "")
             epoch = min(int(first), MAX_EPOCH - 1) if first.isdigit() else 0
             err = await self._persist(md, TxnState.EMPTY, producer_epoch=epoch, timeout_ms=timeout_ms,
                                       partitions=set(), start_ms=-1)

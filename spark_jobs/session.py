@@ -35,7 +35,7 @@ def spark_session(app_name: str = "kbroker", *, master: str | None = None, shuff
     warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
     builder = SparkSession.builder.appName(app_name)
     if master is not None or not under_spark_submit():
-        builder = builder.master(master or os.environ.get("KBROKER_SPARK_MASTER", DEFAULT_MASTER))
+        builder = builder.master(master or os.environ.get("KBROKERTEST_SPARK_MASTER", DEFAULT_MASTER))
         settings = {
             "spark.ui.enabled": "false",
             "spark.sql.shuffle.partitions": str(shuffle_partitions),

@@ -24,7 +24,7 @@ and replaces its earlier attempt, there is no replay to guard against.
 
 Test hooks (never set them in production): writer option ``kbroker.fault.failTask`` =
 ``batch:partition:rows[:raise|kill]`` fails the first attempt of that task after ``rows`` rows with
-its transaction left open; env ``KBROKER_SPARK_CRASH_AT_BATCH=<batchId>`` SIGKILLs the driver's
+its transaction left open; env ``KBROKERTEST_SPARK_CRASH_AT_BATCH=<batchId>`` SIGKILLs the driver's
 process group in the driver-side commit of that batch (after every task committed its data,
 before Spark records the batch as done).
 """
@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # Spark's MicroBatchExecution.BATCH_ID_KEY local property
 QUERY_ID_PROPERTY = "sql.streaming.queryId"  # StreamExecution.QUERY_ID_KEY: stable across restarts
-CRASH_ENV = "KBROKER_SPARK_CRASH_AT_BATCH"
+CRASH_ENV = "KBROKERTEST_SPARK_CRASH_AT_BATCH"
 
 # Producers of deliberately failed attempts are kept alive here so their transactions stay open
 # until the retry fences them, as a hung or partitioned executor would.

@@ -1,6 +1,6 @@
 """Crash recovery of transactions (issue 5, acceptance 2), without timing luck.
 
-The broker is started with ``KBROKER_CRASH_POINT`` naming a point of the two-phase commit at which it
+The broker is started with ``KBROKERTEST_CRASH_POINT`` naming a point of the two-phase commit at which it
 SIGKILLs itself: after PrepareCommit / PrepareAbort is in ``__transaction_state`` but before any marker,
 or after the markers but before CompleteCommit. It is then restarted without the variable; the
 coordinator must load the Prepare state and finish the transaction the way it was decided:
@@ -177,7 +177,7 @@ def _expected(tag: str) -> list[bytes]:
 
 async def _start_crashing(broker_factory, point: str):
     broker = broker_factory(start=False)
-    broker.env = {"KBROKER_CRASH_POINT": point}
+    broker.env = {"KBROKERTEST_CRASH_POINT": point}
     broker.start()
     await _setup(broker)
     return broker

@@ -18,7 +18,7 @@ from tests.fuzz.harness import campaign
 from tests.fuzz.test_fuzz_slice import _unknown_problems
 
 # The environment knob only exists to smoke-test this file quickly; the default is the real run.
-CASES = int(os.environ.get("KBROKER_FUZZ_LONG_CASES", "1000000"))
+CASES = int(os.environ.get("KBROKERTEST_FUZZ_LONG_CASES", "1000000"))
 
 
 @pytest.mark.slow

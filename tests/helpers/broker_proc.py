@@ -52,7 +52,7 @@ class BrokerProcess:
             self.data_dir.name + ".broker.log")
         self.overrides = {**DEFAULT_OVERRIDES, **(overrides or {})}
         self.python = python or sys.executable
-        # Extra environment for the broker process (e.g. KBROKER_CRASH_POINT fault injection); read at
+        # Extra environment for the broker process (e.g. KBROKERTEST_CRASH_POINT fault injection); read at
         # every start, so a test can set it for one run and clear it before restarting.
         self.env: dict[str, str] = dict(env or {})
         self.proc: subprocess.Popen[bytes] | None = None

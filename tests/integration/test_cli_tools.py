@@ -245,7 +245,7 @@ def test_entry_point(broker) -> None:
             "perf": (_kbroker("perf", "produce", *b, "--topic", topic, "--num-records", "10"), None),
             "refused": (_kbroker("topics", "describe", "-b", dead_bootstrap()), None),
             "silent": (_kbroker("topics", "list", "-b", f"127.0.0.1:{silent.getsockname()[1]}",
-                                env={"KBROKER_TOOL_TIMEOUT_S": "2"}), None),
+                                env={"KBROKERTEST_TOOL_TIMEOUT_S": "2"}), None),
         }
         results = {name: p.communicate(stdin, timeout=120) + (p.returncode,) for name, (p, stdin) in runs.items()}
     finally:

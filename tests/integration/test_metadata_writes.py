@@ -20,7 +20,7 @@ from kafka.protocol.admin import CreateTopicsRequest
 from tests.helpers.wire import RawConnection
 
 # How long every metadata write holds its complete temporary file before the rename
-# (KBROKER_DELAY_POINT, broker/metadata.py): long enough that the next client's write starts
+# (KBROKERTEST_DELAY_POINT, broker/metadata.py): long enough that the next client's write starts
 # inside the window even on a loaded machine.
 WRITE_DELAY_MS = 1000
 DELAY_LINE = "fault injection: delaying metadata.before_rename"
@@ -51,7 +51,7 @@ def test_create_topics_survives_client_disconnects(broker_factory):
     the fix the disconnect released the lock mid-write, the second write shared the temporary file
     and failed with KAFKA_STORAGE_ERROR ("No such file or directory: '...json.tmp'")."""
     broker = broker_factory(start=False)
-    broker.env = {"KBROKER_DELAY_POINT": f"metadata.before_rename:{WRITE_DELAY_MS}"}
+    broker.env = {"KBROKERTEST_DELAY_POINT": f"metadata.before_rename:{WRITE_DELAY_MS}"}
     broker.start()
     rounds = 3
     for i in range(rounds):
@@ -79,7 +79,7 @@ def test_200_parallel_creates_from_several_clients(broker_factory):
     CreateTopics and disconnecting before the answer. Every create succeeds (no
     KAFKA_STORAGE_ERROR), and all topics are there in memory and after a restart."""
     broker = broker_factory(start=False)
-    broker.env = {"KBROKER_DELAY_POINT": "metadata.before_rename:20"}
+    broker.env = {"KBROKERTEST_DELAY_POINT": "metadata.before_rename:20"}
     broker.start()
     clients, per_client = 4, 50
     stop = threading.Event()

@@ -423,7 +423,7 @@ async def test_transactional_produce_to_partition_not_in_transaction(broker):
 
 # --- CONCURRENT_TRANSACTIONS while a commit completes -------------------------------------------------
 
-# How long the coordinator holds a prepared transaction before its markers (KBROKER_DELAY_POINT): far
+# How long the coordinator holds a prepared transaction before its markers (KBROKERTEST_DELAY_POINT): far
 # longer than handling one pipelined request, even on a loaded machine.
 MARKER_DELAY_MS = 3000
 
@@ -432,12 +432,12 @@ async def test_init_producer_id_while_commit_completes(broker_factory):
     """InitProducerId while a commit completes (PrepareCommit): CONCURRENT_TRANSACTIONS, then, once the
     markers are written, the epoch bump; the commit is not turned into an abort.
 
-    Deterministic: the broker runs with ``KBROKER_DELAY_POINT=txn.before_markers:<ms>``
+    Deterministic: the broker runs with ``KBROKERTEST_DELAY_POINT=txn.before_markers:<ms>``
     (coordinator/txn_coordinator.py), which holds the prepared transaction before its markers, so the
     InitProducerId pipelined right behind EndTxn on the same connection lands in PrepareCommit. Kafka answers it with CONCURRENT_TRANSACTIONS (TransactionCoordinator
     handleInitProducerId: a PrepareCommit/PrepareAbort state is retriable)."""
     broker = broker_factory(start=False)
-    broker.env = {"KBROKER_DELAY_POINT": f"txn.before_markers:{MARKER_DELAY_MS}"}
+    broker.env = {"KBROKERTEST_DELAY_POINT": f"txn.before_markers:{MARKER_DELAY_MS}"}
     broker.start()
     host, port = _addr(broker)
     async with ProtocolClient(host, port) as c:

@@ -4,7 +4,7 @@ A real broker (a new data dir finalizes ``transaction.version`` at 2) driven wit
 wire structs: EndTxn v5 bumps the epoch each time and answers the id/epoch to continue with;
 Produce v12 and TxnOffsetCommit v5 add their partitions implicitly; a produce or EndTxn of the
 previous transaction is fenced (KAFKA-17754); epoch exhaustion hands out a new producer id
-(``KBROKER_TEST_TXN_FIRST_EPOCH`` starts a transactional id near Short.MAX_VALUE) and the TV2
+(``KBROKERTEST_TXN_FIRST_EPOCH`` starts a transactional id near Short.MAX_VALUE) and the TV2
 fields survive a restart; UpdateFeatures / ``kbroker features`` downgrade to 1 restores TV1
 semantics. Expected codes are Kafka's (TransactionCoordinator.endTransaction for TV2,
 ReplicaManager's verification error translation, KafkaApis' EndTxn response).
@@ -156,7 +156,7 @@ async def test_txn_offset_commit_v5_adds_the_offsets_partition(broker):
 
 async def test_epoch_overflow_hands_out_a_new_producer_id_and_survives_restart(broker_factory, tmp_path):
     broker = broker_factory(start=False, data_dir=tmp_path / "ovf")
-    broker.env["KBROKER_TEST_TXN_FIRST_EPOCH"] = str(MAX_EPOCH - 2)
+    broker.env["KBROKERTEST_TXN_FIRST_EPOCH"] = str(MAX_EPOCH - 2)
     broker.start()
     async with ProtocolClient(*_addr(broker)) as c:
         await create_topic(c, "v2x")
@@ -184,7 +184,7 @@ async def test_epoch_overflow_hands_out_a_new_producer_id_and_survives_restart(b
 
 async def test_tv2_fields_survive_restart(broker_factory, tmp_path):
     broker = broker_factory(start=False, data_dir=tmp_path / "rot")
-    broker.env["KBROKER_TEST_TXN_FIRST_EPOCH"] = str(MAX_EPOCH - 1)
+    broker.env["KBROKERTEST_TXN_FIRST_EPOCH"] = str(MAX_EPOCH - 1)
     broker.start()
     async with ProtocolClient(*_addr(broker)) as c:
         await create_topic(c, "v2r")

@@ -56,7 +56,7 @@ def test_uppercase_exactly_once_across_two_driver_kills(broker: Any, tmp_path: P
     ck, log = tmp_path / "ck", tmp_path / "uppercase.log"
 
     # Run 1: killed in the driver-side commit of batch 2, after the tasks' transactions committed.
-    code = _wait(_start(broker.bootstrap, ck, log, {"KBROKER_SPARK_CRASH_AT_BATCH": "2"}), log)
+    code = _wait(_start(broker.bootstrap, ck, log, {"KBROKERTEST_SPARK_CRASH_AT_BATCH": "2"}), log)
     assert code == -signal.SIGKILL, log.read_text()[-4000:]
     assert _committed_batches(ck) == {0, 1}
     assert (ck / "offsets" / "2").exists()  # batch 2 was planned and written: the restart replays it

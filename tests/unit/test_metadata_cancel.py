@@ -16,7 +16,7 @@ def _reopen(tmp_path) -> set[str]:
 
 async def test_cancelled_create_completes_before_the_next_change(tmp_path, monkeypatch):
     # Every write holds its complete .tmp file for a while before the rename.
-    monkeypatch.setenv("KBROKER_DELAY_POINT", "metadata.before_rename:300")
+    monkeypatch.setenv("KBROKERTEST_DELAY_POINT", "metadata.before_rename:300")
     store = LocalMetadataStore(tmp_path, BrokerInfo(1, "h", 1))
     events: list[tuple[str, str]] = []
     store.add_listener(lambda ev, info: events.append((ev, info.name)))
@@ -40,7 +40,7 @@ async def test_cancelled_create_completes_before_the_next_change(tmp_path, monke
 
 
 async def test_cancelled_changes_of_every_kind_stay_consistent(tmp_path, monkeypatch):
-    monkeypatch.setenv("KBROKER_DELAY_POINT", "metadata.before_rename:20")
+    monkeypatch.setenv("KBROKERTEST_DELAY_POINT", "metadata.before_rename:20")
     store = LocalMetadataStore(tmp_path, BrokerInfo(1, "h", 1))
     await store.create_topic("keep", 1, {})
     changes = [store.add_partitions("keep", 3), store.set_topic_configs("keep", {"retention.ms": "5"}),
