@@ -46,9 +46,13 @@ def _parse_overrides(items: list[str]) -> dict[str, str]:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from broker.config import BrokerConfig, ConfigError
+    from broker.env_config import configs_from_env
 
     try:
-        config = BrokerConfig.load(args.config, _parse_overrides(args.override or []))
+        # --from-env: KBROKER_* variables (the container image) over the file, under --override.
+        props = configs_from_env(os.environ) if args.from_env else {}
+        props.update(_parse_overrides(args.override or []))
+        config = BrokerConfig.load(args.config, props)
     except (ConfigError, OSError) as e:
         print(f"kbroker: configuration error: {e}", file=sys.stderr)
         return 2
@@ -159,6 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("config", nargs="?", help="path to a server.properties file")
     serve.add_argument("--override", action="append", metavar="KEY=VALUE",
                        help="set a broker config, e.g. --override log.dirs=./data (repeatable)")
+    serve.add_argument("--from-env", action="store_true",
+                       help="also take configs from KBROKER_* environment variables (KBROKER_NODE_ID -> node.id; "
+                            "_ is '.', __ is '_', ___ is '-'), over the file and under --override")
     serve.add_argument("--log-level", help="DEBUG shows the request log (default: kbroker.log.level, INFO)")
     serve.set_defaults(func=cmd_serve)
 
@@ -185,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("users", "cli.users", "SCRAM credentials: list | add | delete | bootstrap (before first start)"),
         ("acls", "cli.acls", "ACLs: add | list | remove (kafka-acls)"),
         ("cluster", "cli.cluster", "local cluster (etcd + N brokers): up | status | down --dir DIR"),
+        ("healthcheck", "cli.healthcheck", "exit 0 when the local broker answers ApiVersions (container health)"),
     ):
         p = sub.add_parser(name, help=text, add_help=False)
         p.add_argument("rest", nargs=argparse.REMAINDER)
@@ -195,7 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
 _DELEGATED = {"groups": "cli.groups", "transactions": "cli.transactions", "features": "cli.features",
               "topics": "cli.topics", "configs": "cli.configs", "console-producer": "cli.console_producer",
               "console-consumer": "cli.console_consumer", "get-offsets": "cli.get_offsets", "perf": "cli.perf",
-              "users": "cli.users", "cluster": "cli.cluster", "acls": "cli.acls"}
+              "users": "cli.users", "cluster": "cli.cluster", "acls": "cli.acls",
+              "healthcheck": "cli.healthcheck"}
 
 
 def main(argv: list[str] | None = None) -> int:
