@@ -20,7 +20,8 @@ _SERVE = re.compile(r"kbroker serve(?![a-z])([^`\n]*)")
 def _serve_commands() -> list[tuple[str, str]]:
     found = []
     for path in DOCS:
-        for m in _SERVE.finditer(path.read_text(encoding="utf-8")):
+        text = re.sub(r"\\\n\s*", " ", path.read_text(encoding="utf-8"))  # shell line continuations
+        for m in _SERVE.finditer(text):
             args = re.sub(r"\[[^\]]*\]\.*", "", m.group(1)).strip()
             found.append((path.name, args))
     return found
