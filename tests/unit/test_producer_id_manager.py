@@ -87,11 +87,11 @@ def _block_end(f: Path) -> int:
 
 
 async def _until(cond: Callable[[], bool]) -> None:
-    for _ in range(500):
+    for _ in range(3000):
         if cond():
             return
         await asyncio.sleep(0.01)
-    raise AssertionError("condition not reached in 5 s")
+    raise AssertionError("condition not reached in 30 s")
 
 
 def test_next_block_is_prefetched_off_the_loop_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
