@@ -287,6 +287,7 @@ def test_producer_over_its_byte_rate_quota_is_throttled_to_it(broker_factory):
             producer.poll(0.05)
         producer.poll(0)
     producer.flush(60)
+    del producer  # librdkafka would keep reconnecting to the stopped broker until collected
     assert throttles, "the producer was never throttled"
     assert max(t for _, t in throttles) > 0, "throttle_time_ms must be non-zero"
     start = throttles[0][0]
@@ -303,6 +304,7 @@ def test_consumer_over_its_byte_rate_quota_is_throttled_to_it(broker_factory):
         producer.produce("quota-topic", VALUE)
         producer.poll(0)
     assert producer.flush(60) == 0
+    del producer
     _set_quota(broker.bootstrap, [("client-id", "throttled-consumer")], "consumer_byte_rate", QUOTA)
     throttles: list[tuple[float, float]] = []
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "client.id": "throttled-consumer",
