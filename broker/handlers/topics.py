@@ -18,7 +18,8 @@ is sent once they exist.
 
 ACLs (as KafkaApis): CreateTopics needs CREATE on the cluster or on the topic, DeleteTopics DELETE
 on the topic, CreatePartitions ALTER on the topic; a denied topic answers TOPIC_AUTHORIZATION_FAILED
-(before existence is checked) and the others go on.
+(before existence is checked) and the others go on. CreateTopics v5+ answers the new topic's configs
+only with DESCRIBE_CONFIGS on it (else topic_config_error_code TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -144,7 +145,10 @@ async def handle_create_topics(ctx: RequestContext, request) -> CreateTopicsResp
                 res.topic_id = info.topic_id
             res.num_partitions = n
             res.replication_factor = len(md.replicas(name, 0)) or 1 if not request.validate_only else 1
-            if v >= 5:
+            if v >= 5 and not ctx.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name):
+                # Kafka: created, but the configs are not shown without DESCRIBE_CONFIGS on the topic
+                res.topic_config_error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif v >= 5:
                 res.configs = [
                     CreatableTopicResult.CreatableTopicConfigs(
                         version=v, name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,

@@ -30,7 +30,7 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from kafka.protocol.admin import DeleteAclsRequest, DescribeAclsRequest
+from kafka.protocol.admin import CreateTopicsRequest, DeleteAclsRequest, DescribeAclsRequest
 from kafka.protocol.producer import ProduceRequest
 
 from protocol.errors import ErrorCode as E
@@ -282,3 +282,25 @@ def test_acl_apis_without_authorizer_answer_security_disabled(broker) -> None:
     with pytest.raises(KafkaException) as info:
         a.create_acls([binding])[binding].result(TIMEOUT)
     assert info.value.args[0].code() == KafkaError.SECURITY_DISABLED
+
+
+def test_create_topics_needs_create_and_shows_configs_only_with_describe_configs(acl_broker: AclBroker) -> None:
+    prefix = unique("acl-anon-create")
+
+    def create(name: str):
+        req = CreateTopicsRequest(version=7, topics=[CreateTopicsRequest.CreatableTopic(
+            version=7, name=name, num_partitions=1, replication_factor=1, assignments=[], configs=[])],
+            timeout_ms=30000, validate_only=False)
+        with RawConnection(acl_broker.bootstrap) as c:  # User:ANONYMOUS
+            return c.request(req, 7).topics[0]
+
+    assert create(f"{prefix}-a").error_code == E.TOPIC_AUTHORIZATION_FAILED
+    grant(acl_broker, "ANONYMOUS", ResourceType.TOPIC, prefix, AclOperation.CREATE,
+          pattern=ResourcePatternType.PREFIXED)
+    made = create(f"{prefix}-b")
+    assert (made.error_code, made.topic_config_error_code) == (E.NONE, E.TOPIC_AUTHORIZATION_FAILED)
+    assert not made.configs
+    grant(acl_broker, "ANONYMOUS", ResourceType.TOPIC, prefix, AclOperation.DESCRIBE_CONFIGS,
+          pattern=ResourcePatternType.PREFIXED)
+    made = create(f"{prefix}-c")
+    assert (made.error_code, made.topic_config_error_code) == (E.NONE, E.NONE) and made.configs
