@@ -35,8 +35,8 @@ version 2 adds the partitions to the transaction itself first (broker/txn_implic
 ACLs (as KafkaApis): a request with a transactional id needs WRITE on it, else every partition
 answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED and nothing is appended; each topic needs WRITE, else
 its partitions answer TOPIC_AUTHORIZATION_FAILED (checked before existence) and the others go on.
-Deviation: Kafka checks the transactional id only when the batches are transactional; kbroker
-checks it whenever the request carries one.
+As Kafka, the transactional id is checked when a batch is transactional (one without a transactional
+id is refused the same way).
 
 Deviation: v13 (topic ids in Produce) is not served yet.
 """
@@ -72,6 +72,17 @@ def _all_failed(request, v: int, code: ErrorCode) -> ProduceResponse:
         for td in request.topic_data])
 
 
+def _has_transactional_records(request) -> bool:
+    """Kafka's RequestUtils.hasTransactionalRecords: the first batch of some partition is a v2 batch with
+    the transactional attribute (magic at byte 16, attributes int16 at 21, bit 0x10)."""
+    for td in request.topic_data:
+        for pd in td.partition_data:
+            r = pd.records
+            if r is not None and len(r) >= 23 and r[16] == 2 and r[22] & 0x10:
+                return True
+    return False
+
+
 def _without(request, denied: set[str]):
     """The request as the transaction's implicit add should see it: without the denied topics."""
     if not denied:
@@ -87,8 +98,9 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
     acks = request.acks
     responses = []
     due: dict[Partition, list] = {}  # partitions whose append reached flush.messages -> their responses
-    if request.transactional_id and not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
-                                                      request.transactional_id):
+    if _has_transactional_records(request) and not (
+            request.transactional_id
+            and ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)):
         return _all_failed(request, v, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     names = {td.name for td in request.topic_data}
     denied = names - ctx.authorized(AclOperation.WRITE, ResourceType.TOPIC, names)

@@ -103,14 +103,17 @@ def _codes(obj: Any) -> set[int]:
     return out
 
 
-def _batch() -> bytes:
+def _batch(transactional: bool = False) -> bytes:
+    if transactional:
+        return build_batch([(None, b"v")], producer_id=1, producer_epoch=0, base_sequence=0, transactional=True)
     return build_batch([(None, b"v")])
 
 
 def _produce(tid: str | None = None) -> Any:
     P = ProduceRequest.TopicProduceData
+    records = _batch(transactional=tid is not None)
     return ProduceRequest(version=9, transactional_id=tid, acks=-1, timeout_ms=5000, topic_data=[
-        P(version=9, name=TOPIC, partition_data=[P.PartitionProduceData(version=9, index=0, records=_batch())])])
+        P(version=9, name=TOPIC, partition_data=[P.PartitionProduceData(version=9, index=0, records=records)])])
 
 
 def _fetch() -> Any:

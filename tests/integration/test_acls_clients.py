@@ -304,3 +304,25 @@ def test_create_topics_needs_create_and_shows_configs_only_with_describe_configs
           pattern=ResourcePatternType.PREFIXED)
     made = create(f"{prefix}-c")
     assert (made.error_code, made.topic_config_error_code) == (E.NONE, E.NONE) and made.configs
+
+
+def test_produce_checks_the_transactional_id_only_for_transactional_batches(acl_broker: AclBroker) -> None:
+    topic = unique("acl-txn-batches")
+    create_topics(acl_broker, topic)
+    grant(acl_broker, "ANONYMOUS", ResourceType.TOPIC, topic, AclOperation.WRITE)
+
+    def produce(tid: str | None, transactional: bool) -> int:
+        batch = build_batch([(None, b"x")], producer_id=7 if transactional else -1,
+                            producer_epoch=0 if transactional else -1, base_sequence=0 if transactional else -1,
+                            transactional=transactional)
+        P = ProduceRequest.TopicProduceData
+        req = ProduceRequest(version=9, transactional_id=tid, acks=-1, timeout_ms=5000, topic_data=[
+            P(version=9, name=topic, partition_data=[P.PartitionProduceData(version=9, index=0, records=batch)])])
+        with RawConnection(acl_broker.bootstrap) as c:  # User:ANONYMOUS, no ACL on any transactional id
+            return c.request(req, 9).responses[0].partition_responses[0].error_code
+
+    # As Kafka: plain batches need no transactional-id ACL, transactional ones need WRITE on it (and an id).
+    assert produce(unique("acl-some-tx"), transactional=False) == E.NONE
+    assert produce(unique("acl-some-tx"), transactional=True) == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert produce(None, transactional=True) == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert _end_offset(acl_broker, topic) == 1
