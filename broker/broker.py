@@ -199,6 +199,8 @@ class Broker:
             # In steps off the loop (a topic may have thousands of partitions); create_topic and
             # add_partitions wait for it before answering.
             self.replica_manager.start_creation(info.name, info.topic_id)
+            if event == "created" and info.internal and self.cluster is not None:
+                self._load_coordinator(info)
         elif event == "deleted":
             self.replica_manager.remove_topic(info.name)
         elif event == "configs":
@@ -207,6 +209,25 @@ class Broker:
             self.replica_manager.update_leadership(info.name)
         if event in ("created", "deleted") and getattr(self, "group_coordinator", None) is not None:
             self.group_coordinator.on_topics_changed()  # KIP-848 regex subscriptions are resolved again
+
+    def _load_coordinator(self, info: TopicInfo) -> None:
+        """Cluster mode: the broker holding an internal topic loads its coordinator as soon as the
+        topic exists. Its FindCoordinator created the topic, but that request may have been
+        cancelled (client gone) between the etcd write and the load; the other brokers then
+        answer this one as coordinator while it would never load (COORDINATOR_NOT_AVAILABLE)."""
+        coords = [getattr(self, "group_coordinator", None), getattr(self, "txn_coordinator", None)]
+        topic = info.name
+        coord = next((c for c in coords if c is not None and c.topic == topic), None)
+        if coord is None or not any(self.replica_manager.is_local(topic, p)
+                                    for p in range(info.num_partitions)):
+            return
+
+        async def load() -> None:
+            await self.replica_manager.wait_created(topic)
+            await coord.ensure_topic()
+
+        task = asyncio.create_task(load(), name=f"load-coordinator-{topic}")
+        self._tasks.append(task)
 
     def verify_txn_partition(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
                              topic: str, partition: int) -> int:

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import uuid
 from collections.abc import Callable
 
@@ -364,6 +365,11 @@ class EtcdMetadataStore(MetadataStore):
                                                  for p, s in states[:TXN_OPS]]
         if not await self._txn([tx.create(key) == 0], first):
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        log.info("created topic %s (%d partitions, leaders on %s)", name, num_partitions,
+                 sorted({r[0] for r in placed.values()}))
+        if (delay_s := _delay_after_create()) is not None:
+            log.warning("fault injection: delaying etcd_store.after_create by %.3f s", delay_s)
+            await asyncio.sleep(delay_s)
         await self._write_partitions(name, states[TXN_OPS:])
         await self.wait_for(lambda: (t := self._topics.get(name)) is not None and t.topic_id == rec.topic_id,
                              f"topic {name}")
@@ -464,3 +470,10 @@ class EtcdMetadataStore(MetadataStore):
             raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "feature levels changed meanwhile; retry")
         await self.wait_for(lambda: self._features_epoch >= epoch, "feature levels")
 
+
+def _delay_after_create() -> float | None:
+    """Test-only: ``KBROKER_DELAY_POINT=etcd_store.after_create:<ms>`` holds every topic creation
+    between its etcd write and its wait for the watch, so a request cancelled (client gone) after
+    the write is testable deterministically."""
+    name, _, ms = os.environ.get("KBROKER_DELAY_POINT", "").rpartition(":")
+    return int(ms) / 1000 if name == "etcd_store.after_create" and ms.isdigit() else None

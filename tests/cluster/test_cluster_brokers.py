@@ -13,6 +13,7 @@ elected.
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.admin import DescribeClusterRequest
-from kafka.protocol.metadata import MetadataRequest
+from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
 from cluster.etcd_keys import KeyLayout, get_or_create_cluster_id
@@ -34,7 +35,7 @@ from storage.batch import build_batch
 from tests.helpers.broker_proc import BrokerError, BrokerProcess
 from tests.helpers.cluster_proc import BrokerCluster, cluster_broker
 from tests.helpers.etcd_proc import EtcdProcess
-from tests.helpers.wire import send_request
+from tests.helpers.wire import encode_request, send_request
 
 WAIT_S = 90.0
 
@@ -230,3 +231,42 @@ async def test_kill_controller_moves_leadership_or_goes_offline(cluster: BrokerC
     moved = [p for p in partitions(survivor, "multi").values()]
     leader = cluster.brokers[moved[0].leader_id]
     assert produce_raw(leader, "multi", moved[0].partition_index, acks=1) == ErrorCode.NONE
+
+
+def test_coordinator_loads_although_its_find_coordinator_was_cancelled(etcd: EtcdProcess, tmp_path: Path) -> None:
+    """Node 1 creates __consumer_offsets for a FindCoordinator whose client leaves right after the
+    etcd write (held there by a fault-injection delay): the request is cancelled before node 1
+    loads its coordinator. Node 1 must load it anyway, since every broker now answers node 1 as
+    the coordinator: a consumer bootstrapped on nodes 2 and 3 joins its group on node 1."""
+    c = BrokerCluster(etcd, tmp_path, 3)
+    c.brokers[1].env["KBROKER_DELAY_POINT"] = "etcd_store.after_create:1500"
+    try:
+        c.start()
+        b1, b2 = c.brokers[1], c.brokers[2]
+        create(b2.bootstrap, NewTopic("cc", num_partitions=1, replication_factor=1))
+        producer = Producer({"bootstrap.servers": b2.bootstrap})
+        for i in range(10):
+            producer.produce("cc", value=f"v{i}".encode())
+        assert producer.flush(60) == 0
+        find = FindCoordinatorRequest(version=2, key="cc-g", key_type=0)
+        with socket.create_connection(("127.0.0.1", b1.port), timeout=10) as s:
+            s.sendall(encode_request(find, 2, 1))
+            wait_until(lambda: "__consumer_offsets" in {t.name for t in metadata(b2).topics if t.error_code == 0},
+                       "__consumer_offsets created by node 1")
+        # The client is gone; node 1 is the leader of every __consumer_offsets partition.
+        assert {p.leader_id for p in partitions(b2, "__consumer_offsets").values()} == {1}
+        consumer = Consumer({"bootstrap.servers": f"{b2.bootstrap},{c.brokers[3].bootstrap}", "group.id": "cc-g",
+                             "auto.offset.reset": "earliest"})
+        consumer.subscribe(["cc"])
+        got = 0
+        deadline = time.monotonic() + WAIT_S
+        try:
+            while got < 10 and time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is not None and msg.error() is None:
+                    got += 1
+        finally:
+            consumer.close()
+        assert got == 10
+    finally:
+        c.stop()
