@@ -6,6 +6,9 @@ Utils.abs(String.hashCode) % partitions); the coordinator is that partition's le
 internal topic is created on the first lookup, as in Kafka. v4+ batches several keys. While a
 coordinator partition is still loading the answer is COORDINATOR_NOT_AVAILABLE; an unknown key
 type gets INVALID_REQUEST; SHARE (2) is not supported.
+Cluster mode: every broker answers the leader of the key's partition (COORDINATOR_NOT_AVAILABLE
+while it has none). The internal topics are placed entirely on the broker that creates them, whose
+coordinators load them; coordinators do not move to other brokers yet (issue 15).
 
 ACLs (as KafkaApis): DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) or on the transactional id
 (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), per key, before anything else is looked at.

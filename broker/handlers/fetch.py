@@ -10,7 +10,8 @@ the returned range. When less than ``min_bytes`` is available the request parks 
 
 Errors per partition: UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID (v13+ topic ids),
 OFFSET_OUT_OF_RANGE, FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH for a mismatching
-current_leader_epoch.
+current_leader_epoch. Cluster mode: NOT_LEADER_OR_FOLLOWER for a partition another broker leads,
+an offline one, or any while this broker's etcd session is fenced (no KIP-951 current_leader yet).
 
 ACLs (as KafkaApis): a consumer needs READ on each topic, a follower (replica id >= 0)
 CLUSTER_ACTION on the cluster; denied partitions answer TOPIC_AUTHORIZATION_FAILED and the others

@@ -6,6 +6,7 @@ tiered storage), -5 latest tiered (no tiered storage: offset -1). A timestamp >=
 first record with a timestamp >= it; none -> offset -1, timestamp -1. Lookups never reveal
 offsets at or above the last stable offset for read_committed (or the high watermark).
 The returned leader epoch is the epoch that wrote the offset, from the leader-epoch cache.
+Cluster mode: NOT_LEADER_OR_FOLLOWER for a partition this broker does not lead (or while fenced).
 
 MAX_TIMESTAMP and timestamp lookups decode the records of the batch that holds the answer. A log
 may hold batches stored before produce validated records (see `kbroker dump-log --deep-verify`);

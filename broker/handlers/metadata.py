@@ -5,7 +5,9 @@ leader epoch, replicas and ISR from the MetadataStore. ``topics`` null (v1+) or 
 every topic. Missing topics are auto-created when the request allows it (v4+) and
 ``auto.create.topics.enable`` is true, with ``num.partitions`` partitions; unlike Kafka, which
 answers LEADER_NOT_AVAILABLE until the new leader is elected, kbroker creates synchronously and
-answers with the topic ready. Authorized operations (v8+ topics, v8-10 cluster) are answered when
+answers with the topic ready. Cluster mode: every live broker, the controller id, replicas, ISR,
+offline replicas (on brokers without a live registration) and leader epochs from the etcd store; a
+partition without a leader answers LEADER_NOT_AVAILABLE with leader -1. Authorized operations (v8+ topics, v8-10 cluster) are answered when
 asked, from broker/authorized_operations.py, for every topic entry that has a name (errors included,
 as KafkaApis does); otherwise Kafka's "not requested" value.
 
