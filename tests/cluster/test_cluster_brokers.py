@@ -270,3 +270,24 @@ def test_coordinator_loads_although_its_find_coordinator_was_cancelled(etcd: Etc
         assert got == 10
     finally:
         c.stop()
+
+
+def test_fenced_leader_refuses_produce_until_its_session_is_healthy(etcd: EtcdProcess, tmp_path: Path) -> None:
+    """etcd stops answering (SIGSTOP): once the broker's local fencing deadline passes (TTL 10 s
+    minus a 2 s margin after the last acknowledged keepalive) it answers NOT_LEADER_OR_FOLLOWER
+    instead of acknowledging, and it acknowledges again once etcd answers, before the lease ran out."""
+    c = BrokerCluster(etcd, tmp_path, 1, **{"broker.session.timeout.ms": "10000"})
+    try:
+        c.start()
+        b1 = c.brokers[1]
+        create(b1.bootstrap, NewTopic("fence", num_partitions=1, replication_factor=1))
+        wait_until(lambda: produce_raw(b1, "fence", 0, acks=1) == ErrorCode.NONE, "produce accepted")
+        etcd.pause()
+        try:
+            wait_until(lambda: produce_raw(b1, "fence", 0, acks=1) == ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                       "the fenced broker refusing produce", timeout=30, interval=0.05)
+        finally:
+            etcd.resume()
+        wait_until(lambda: produce_raw(b1, "fence", 0, acks=1) == ErrorCode.NONE, "produce accepted again")
+    finally:
+        c.stop()
