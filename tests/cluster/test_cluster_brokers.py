@@ -183,6 +183,11 @@ def test_rf3_metadata_and_acks_all_min_isr(cluster: BrokerCluster) -> None:
         assert sorted(p.replica_nodes) == [1, 2, 3]
         assert p.isr_nodes == [p.leader_id] == p.replica_nodes[:1]
         assert p.leader_epoch == 0 and p.offline_replicas == []
+    # The cluster id created once in etcd is every broker's, and written to its meta.properties.
+    cluster_id = metadata(b2).cluster_id
+    for b in cluster.brokers.values():
+        assert metadata(b).cluster_id == cluster_id
+        assert f"cluster.id={cluster_id}" in (b.data_dir / "meta.properties").read_text()
     leader = cluster.brokers[parts[0].leader_id]
     assert produce_raw(leader, "rf3", 0, acks=-1) == ErrorCode.NOT_ENOUGH_REPLICAS
     assert produce_raw(leader, "rf3", 0, acks=1) == ErrorCode.NONE
