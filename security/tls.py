@@ -18,11 +18,12 @@ Deviations: JKS and PKCS12 stores are refused (PEM only); TLS 1.3 cipher suites 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import ssl
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 Lookup = Callable[[str], str | None]
 
@@ -60,15 +61,20 @@ def client_auth(get: Lookup, listener: str, protocol: str) -> str:
 
 def server_context(get: Lookup, listener: str, protocol: str) -> ssl.SSLContext:
     """The server-side context of one SSL/SASL_SSL listener (raises TlsConfigError)."""
+    return build_server_context(get, listener, protocol)[0]
+
+
+def build_server_context(get: Lookup, listener: str, protocol: str) -> tuple[ssl.SSLContext, str]:
+    """server_context and the keystore PEM text it loaded (key and chain; the leaf certificate first)."""
     cfg = listener_lookup(get, listener)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _set_protocols(ctx, cfg("ssl.enabled.protocols"))
     _set_ciphers(ctx, cfg("ssl.cipher.suites"))
-    _load_keystore(ctx, cfg, listener)
+    pem = _load_keystore(ctx, cfg, listener)
     auth = client_auth(get, listener, protocol)
     _load_truststore(ctx, cfg, listener, required=auth != "none")
     ctx.verify_mode = _CLIENT_AUTH[auth]
-    return ctx
+    return ctx, pem
 
 
 def _split(value: str | None) -> list[str]:
@@ -119,30 +125,46 @@ def _require_pem(cfg: Lookup, name: str, listener: str) -> None:
                              f"only (set {name}=PEM)")
 
 
-def _load_keystore(ctx: ssl.SSLContext, cfg: Lookup, listener: str) -> None:
+def _keystore_pem(cfg: Lookup, listener: str) -> str:
+    """The keystore as one PEM text (key and certificate chain), read once: what is validated is what is served."""
     location, chain, key = cfg("ssl.keystore.location"), cfg("ssl.keystore.certificate.chain"), cfg("ssl.keystore.key")
-    password = cfg("ssl.key.password")
     if not location and not (chain and key):
         raise TlsConfigError(f"listener {listener} needs a key and certificate: set ssl.keystore.type=PEM and "
                              "ssl.keystore.location, or ssl.keystore.certificate.chain and ssl.keystore.key")
     _require_pem(cfg, "ssl.keystore.type", listener)
+    if not location:
+        return _pem_text(key or "") + "\n" + _pem_text(chain or "") + "\n"
+    if chain or key:
+        raise TlsConfigError(f"listener {listener}: ssl.keystore.location cannot be combined with "
+                             "ssl.keystore.certificate.chain / ssl.keystore.key")
     try:
-        if location:
-            if chain or key:
-                raise TlsConfigError(f"listener {listener}: ssl.keystore.location cannot be combined with "
-                                     "ssl.keystore.certificate.chain / ssl.keystore.key")
-            ctx.load_cert_chain(location, password=password)
-        else:
-            # load_cert_chain reads files only: the inline PEM goes through a private temporary file.
-            with tempfile.TemporaryDirectory() as tmp:
-                path = os.path.join(tmp, "keystore.pem")
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "w") as f:
-                    f.write(_pem_text(key) + "\n" + _pem_text(chain) + "\n")
-                ctx.load_cert_chain(path, password=password)
+        with open(location, encoding="ascii", errors="replace") as f:
+            return f.read()
+    except OSError as e:
+        raise TlsConfigError(f"listener {listener}: cannot load the key and certificate ({location}): {e}") from None
+
+
+def _load_keystore(ctx: ssl.SSLContext, cfg: Lookup, listener: str) -> str:
+    """Load the key and chain into ``ctx``; returns the PEM text loaded."""
+    pem = _keystore_pem(cfg, listener)
+    try:
+        # load_cert_chain reads files only: the PEM goes through a private temporary file.
+        with _private_file(pem) as path:
+            ctx.load_cert_chain(path, password=cfg("ssl.key.password"))
     except (OSError, ssl.SSLError) as e:
-        raise TlsConfigError(f"listener {listener}: cannot load the key and certificate "
-                             f"({location or 'ssl.keystore.certificate.chain/key'}): {e}") from None
+        source = cfg("ssl.keystore.location") or "ssl.keystore.certificate.chain/key"
+        raise TlsConfigError(f"listener {listener}: cannot load the key and certificate ({source}): {e}") from None
+    return pem
+
+
+@contextlib.contextmanager
+def _private_file(text: str) -> Iterator[str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "material.pem")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        yield path
 
 
 def _pem_text(value: str) -> str:

@@ -14,6 +14,7 @@ from broker.config.listeners import Listener, parse_listener, parse_protocol_map
 from broker.config.properties import parse_properties
 from broker.config.topic_defs import _SYNONYM_SCALE, TOPIC_CONFIGS, TOPIC_SYNONYMS
 from broker.config.types import (
+    ConfigDef,
     ConfigEntry,
     ConfigError,
     ConfigSource,
@@ -134,8 +135,22 @@ class BrokerConfig:
         raise AttributeError(f"{type(self).__name__} has no attribute {attr!r}")
 
     # ---------------------------------------------------------------- dynamic changes
-    def validate_dynamic(self, name: str, value: str | None) -> None:
+    def definition(self, name: str) -> ConfigDef | None:
+        """A broker config's definition; for ``listener.name.<listener>.<name>`` (a listener of this
+        broker; ssl.* and sasl.enabled.mechanisms, the names read per listener) the one of <name>."""
         d = BROKER_CONFIGS.get(name)
+        if d is not None or not name.startswith("listener.name."):
+            return d
+        for li in self.listeners:
+            prefix = f"listener.name.{li.name.lower()}."
+            if name.startswith(prefix):
+                base = name[len(prefix):]
+                if base.startswith("ssl.") or base == "sasl.enabled.mechanisms":
+                    return BROKER_CONFIGS.get(base)
+        return None
+
+    def validate_dynamic(self, name: str, value: str | None) -> None:
+        d = self.definition(name)
         if d is None:
             raise ConfigError(f"Unknown broker config name: {name}")
         if not d.dynamic:
@@ -307,6 +322,7 @@ class BrokerConfig:
         that are set, with the per-broker layer left out of their synonyms."""
         known = self.dynamic_default if cluster_default else BROKER_CONFIGS
         wanted = list(known) if names is None else [n for n in names if n in known]
+        requested = None if names is None else set(names)
         entries: list[ConfigEntry] = []
         for name in wanted:
             d = BROKER_CONFIGS[name]
@@ -335,6 +351,18 @@ class BrokerConfig:
                     synonyms=synonyms,
                 )
             )
+        if not cluster_default:
+            # Dynamic listener-prefixed configs (listener.name.<l>.ssl...) are listed as Kafka does.
+            for name, raw in self.dynamic.items():
+                d = None if name in BROKER_CONFIGS or (requested is not None and name not in requested) \
+                    else self.definition(name)
+                if d is not None:
+                    entries.append(ConfigEntry(
+                        name=name, value=None if d.sensitive else raw, source=ConfigSource.DYNAMIC_BROKER_CONFIG,
+                        read_only=False, is_default=False, sensitive=d.sensitive, config_type=d.config_type,
+                        documentation=d.doc,
+                        synonyms=[ConfigSynonym(name, None if d.sensitive else raw,
+                                                ConfigSource.DYNAMIC_BROKER_CONFIG)]))
         return entries
 
     # ---------------------------------------------------------------- cluster id / meta.properties

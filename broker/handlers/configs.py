@@ -19,7 +19,11 @@ type, a per-broker config on the cluster default resource ("Cannot update these 
 cluster level, broker id must be specified: Set(...)"). Deviation: a name Kafka does not define
 answers INVALID_CONFIG "Unknown broker config name" (Kafka stores any name; kbroker rejects typos).
 Configs kbroker acts on keep kbroker's own dynamic flag (listeners and the thread counts, dynamic
-in Kafka, are read-only here).
+in Kafka, are read-only here). Listener-prefixed names (``listener.name.<l>.ssl.*``,
+``listener.name.<l>.sasl.enabled.mechanisms``, for a listener of this broker) are per-broker; a
+change naming ``listener.name.<l>.ssl.keystore.*`` / ``ssl.key.password`` / ``ssl.truststore.*`` (the same
+value included) reloads that listener's certificate for new connections, after Kafka's
+SslFactory validation (loads, same DN / SANs); a failure answers INVALID_REQUEST and nothing changes.
 
 ACLs (as KafkaApis): DescribeConfigs needs DESCRIBE_CONFIGS, the alter APIs ALTER_CONFIGS, on the
 topic (TOPIC_AUTHORIZATION_FAILED) or, for broker resources, on the cluster
@@ -34,9 +38,11 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 
+from broker import listener_security
 from broker.config import (
     BROKER_CONFIGS,
     TOPIC_CONFIGS,
+    BrokerConfig,
     ConfigEntry,
     ConfigError,
     describe_topic_config,
@@ -45,6 +51,7 @@ from broker.config import (
 from broker.config.kafka_broker_configs import DYNAMIC_SECURITY_CONFIGS, KAFKA_BROKER_CONFIGS, PER_BROKER
 from broker.handlers import AclOperation, RequestContext, ResourceType, api
 from protocol.errors import ErrorCode, KafkaError
+from security.tls import TlsConfigError
 
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -142,12 +149,13 @@ def _scala_set(names: list[str]) -> str:
     return "Set(" + ", ".join(names) + ")"
 
 
-def _validate_broker_configs(props: dict[str, str], cluster_default: bool) -> None:
+def _validate_broker_configs(cfg: BrokerConfig, props: dict[str, str], cluster_default: bool) -> None:
     """Kafka's DynamicBrokerConfig.validateConfigs on the resource's resulting dynamic config set."""
-    unknown = [k for k in props if k not in BROKER_CONFIGS]
+    defs = {k: cfg.definition(k) for k in props}
+    unknown = [k for k, d in defs.items() if d is None]
     if unknown:
         raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown broker config name: {', '.join(unknown)}")
-    read_only = [k for k in props if not BROKER_CONFIGS[k].dynamic]
+    read_only = [k for k, d in defs.items() if not d.dynamic]
     if read_only:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: {_scala_set(read_only)}")
     bare_security = [k for k in props if k in DYNAMIC_SECURITY_CONFIGS]
@@ -156,11 +164,13 @@ def _validate_broker_configs(props: dict[str, str], cluster_default: bool) -> No
                                                     f"per-listener using the listener prefix: {_scala_set(bare_security)}")
     for k, v in props.items():
         try:
-            BROKER_CONFIGS[k].parse(v)
+            defs[k].parse(v)  # type: ignore[union-attr]
         except ConfigError as e:
             raise KafkaError(ErrorCode.INVALID_REQUEST, str(e)) from None
     if cluster_default:
-        per_broker = [k for k in props if k in KAFKA_BROKER_CONFIGS and KAFKA_BROKER_CONFIGS[k].mode == PER_BROKER]
+        # Listener-prefixed names are per-broker too (Kafka's perBrokerListenerConfig).
+        per_broker = [k for k in props if k in KAFKA_BROKER_CONFIGS and KAFKA_BROKER_CONFIGS[k].mode == PER_BROKER
+                      or k not in BROKER_CONFIGS]
         if per_broker:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "Cannot update these configs at default cluster level, "
                                                         f"broker id must be specified: {_scala_set(per_broker)}")
@@ -191,7 +201,8 @@ async def _alter(ctx: RequestContext, rtype: int, name: str, ops: list[tuple[str
             new = _apply_ops({} if replace else current, ops, set())
         except ConfigError as e:
             raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
-        _validate_broker_configs(new, cluster_default)
+        _validate_broker_configs(cfg, new, cluster_default)
+        swap_tls = _prepare_tls_reload(broker, current, new, [n for n, _, _ in ops], cluster_default)
         if not validate_only:
             for key in set(current) | set(new):
                 if current.get(key) != new.get(key):
@@ -199,8 +210,27 @@ async def _alter(ctx: RequestContext, rtype: int, name: str, ops: list[tuple[str
             stored = {k: v for k, v in cfg.dynamic.items()}
             stored.update({f"cluster-default:{k}": v for k, v in cfg.dynamic_default.items()})
             await broker.metadata.set_broker_dynamic_configs(stored)
+            swap_tls()
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}")
+
+
+def _prepare_tls_reload(broker, current: dict[str, str], new: dict[str, str], named: list[str],
+                        cluster_default: bool):
+    """Kafka's SslFactory.validateReconfiguration for the listeners whose listener.name.<l>.ssl.keystore.* /
+    truststore configs the request names (the same value too: it reloads the files) or changes: the new
+    material must load and keep the certificate's DN and SANs. Returns the swap, run once stored."""
+    if cluster_default:
+        return lambda: None
+    names = set(named) | {k for k in set(current) | set(new) if current.get(k) != new.get(k)}
+    listeners = listener_security.reload_listeners(names, [li.name for li in broker.config.listeners])
+    if not listeners:
+        return lambda: None
+    try:
+        return listener_security.prepare_tls_reload(broker.server.check_listeners(), broker.config, new, listeners)
+    except TlsConfigError as e:
+        raise KafkaError(ErrorCode.INVALID_REQUEST,
+                         f"Validation of dynamic config update of SSLFactory failed: {e}") from None
 
 
 @api(33, 0, 2)

@@ -47,3 +47,19 @@ def make_certs(directory: Path, *, server_key_password: str | None = None) -> Ce
          "-out", "client.pem", "-days", "2", cwd=d)
     return Certs(d, d / "ca.pem", keystore, d / "server.pem", key, d / "client.pem", d / "client.key",
                  "CN=alice-client,OU=clients,O=kbroker tests")
+
+
+def make_server_keystore(certs: Certs, name: str, *, subject: str = "/CN=localhost",
+                         san: str = "IP:127.0.0.1,DNS:localhost", key_type: str = "rsa") -> Path:
+    """Another server key and certificate signed by the test CA, as one PEM keystore ``<name>.keystore.pem``
+    (an RSA or EC key: a reload may change the key type)."""
+    d = certs.dir
+    (d / f"{name}.ext").write_text(f"subjectAltName={san}\n")
+    newkey = ["-newkey", "rsa:2048"] if key_type == "rsa" else ["-newkey", "ec", "-pkeyopt",
+                                                                 "ec_paramgen_curve:prime256v1"]
+    _run("req", *newkey, "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject, cwd=d)
+    _run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+         "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext", cwd=d)
+    keystore = d / f"{name}.keystore.pem"
+    keystore.write_text((d / f"{name}.key").read_text() + (d / f"{name}.pem").read_text())
+    return keystore
