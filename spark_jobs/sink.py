@@ -19,6 +19,10 @@ Spark replays a micro-batch with the same offsets and the same partitioning afte
 so "partition p of batch b" names the same rows in every replay. Visibility is atomic per task
 (per Spark partition of a micro-batch); docs/spark.md discusses the whole-batch alternative.
 
+With the writer option ``exactlyOnce.mode=2pc`` (streaming only) a micro-batch becomes visible all at
+once instead: tasks prepare two-phase-commit transactions and the driver commits them together
+(spark_jobs/sink_2pc.py). The default, ``task``, is the protocol above.
+
 Batch (non-streaming) writes use ``<prefix>.batch.<jobUuid>.<partitionId>`` ids: a retried task fences
 and replaces its earlier attempt, there is no replay to guard against.
 
@@ -66,6 +70,14 @@ _ZOMBIES: list[tuple[str | None, Producer]] = []
 _KNOWN_COMMIT_TOPICS: dict[str, int] = {}
 
 
+def _mode(value: str | None) -> str:
+    """The exactlyOnce.mode option: "task" (per-task transactions + markers, the default) or "2pc"."""
+    mode = (value or "task").strip().lower()
+    if mode not in ("task", "2pc"):
+        raise ValueError(f"exactlyOnce.mode must be task or 2pc, got {value!r}")
+    return mode
+
+
 def _bool(value: str | None, default: bool) -> bool:
     return default if value is None else value.strip().lower() in ("true", "1", "yes")
 
@@ -80,6 +92,7 @@ class TaskReport(WriterCommitMessage):
     records: int
     skipped: bool
     transactional_id: str | None
+    prepared: str | None = None  # exactlyOnce.mode=2pc: the PreparedTxnState ("id:epoch") to complete
 
 
 @dataclass(frozen=True)
@@ -336,7 +349,17 @@ def _read_to(consumer: Any, topic: str, partition: int, start: int, end: int) ->
 
 
 class KBrokerStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
-    """Micro-batch sink: one transaction (rows + commit marker) per task, replays skipped."""
+    """Micro-batch sink: one transaction (rows + commit marker) per task, replays skipped; with
+    ``exactlyOnce.mode=2pc`` prepared task transactions the driver commits together (sink_2pc.py)."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        super().__init__(options, schema)
+        # Built once per query run, on the driver: the 2pc mode recovers the previous run here.
+        self.twopc = None
+        if _mode(self.opt("exactlyOnce.mode")) == "2pc" and self.exactly_once:
+            from . import sink_2pc
+
+            self.twopc = sink_2pc.setup(self)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         from pyspark import TaskContext
@@ -350,10 +373,18 @@ class KBrokerStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
         if batches is None:
             # Nothing to write; a replay of this batch is empty too, so no marker is needed.
             return TaskReport(partition, batch_id, attempt, 0, False, None)
+        if self.twopc is not None:
+            from . import sink_2pc
+
+            return sink_2pc.write_task(self, batches, batch_id=batch_id, partition=partition, attempt=attempt)
         return self.write_micro_batch(batches, query_id=query_id, batch_id=batch_id, partition=partition,
                                       attempt=attempt)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if self.twopc is not None:
+            from . import sink_2pc
+
+            return sink_2pc.commit(self.twopc, messages, batchId)
         reports = [m for m in messages if isinstance(m, TaskReport)]
         written = sum(r.records for r in reports)
         skipped = sum(1 for r in reports if r.skipped)
@@ -365,6 +396,10 @@ class KBrokerStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
             _crash_driver()
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if self.twopc is not None:
+            from . import sink_2pc
+
+            return sink_2pc.abort(self.twopc, messages, batchId)
         # Tasks that committed stay committed: the replay of this batch skips them via their markers.
         log.warning("batch %d aborted by Spark", batchId)
 
@@ -394,6 +429,8 @@ class KBrokerBatchWriter(_WriterBase, DataSourceArrowWriter):
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         super().__init__(options, schema)
+        if _mode(self.opt("exactlyOnce.mode")) == "2pc":
+            raise ValueError("exactlyOnce.mode=2pc is for streaming writes (writeStream) only")
         # Chosen on the driver, pickled into every task: retries of a task share its transactional.id.
         self.job_id = uuid.uuid4().hex
         # Set by foreach_batch_sink(): this batch write is micro-batch ``batch_id`` of a streaming query.
