@@ -141,13 +141,18 @@ def _request(acks: int, topic: str = "t", partitions: tuple[int, ...] = (0,)) ->
 @pytest.fixture
 def in_process(tmp_path: Path):  # noqa: ANN201
     """A ReplicaManager over real logs (flush.messages=1), and a RequestContext reaching it."""
-    rm = ReplicaManager(SimpleNamespace())  # type: ignore[arg-type]
+    # A single node that leads every partition (what ReplicaManager asks of its broker and store).
+    metadata = SimpleNamespace(leader=lambda topic, partition: 1, fenced=lambda: False,
+                               replicas=lambda topic, partition: [1])
+    fake_broker = SimpleNamespace(metadata=metadata, node_id=1, cluster=None, _authorizer=None)
+    rm = ReplicaManager(fake_broker)  # type: ignore[arg-type]
+    fake_broker.replica_manager = rm
     logs = []
     for p in range(2):
         lg = Log.open(tmp_path / f"t-{p}", LogConfig(flush_messages=1))
         rm.partitions[("t", p)] = Partition("t", p, lg, 0, 1 << 20)
         logs.append(lg)
-    ctx = RequestContext(SimpleNamespace(replica_manager=rm), 0, 9, 1, "test", "127.0.0.1", 1, 1)  # type: ignore[arg-type]
+    ctx = RequestContext(fake_broker, 0, 9, 1, "test", "127.0.0.1", 1, 1)  # type: ignore[arg-type]
     yield rm, ctx, logs
     for lg in logs:
         lg.close()
