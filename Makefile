@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.kbroker-installed
 TEST_STAMP := $(VENV)/.kbroker-test-installed
 JS_DIR := tests/compat/js
 
-.PHONY: serve test test-all lint bench install install-test clean-data tools spark-demo
+.PHONY: serve test test-all lint bench install install-test clean-data tools spark-demo compose-up compose-down compose-test
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,19 @@ bench: install-test
 # Runs the `uppercase` job against the broker on 127.0.0.1:9092 (or a temporary one) and says what it did.
 spark-demo: install-test
 	SPARK_LOCAL_IP=127.0.0.1 $(PY) -m spark_jobs.demo
+
+# The three-broker cluster of docker-compose.yml (docs/docker.md): `docker compose` when a Docker engine
+# answers, podman-compose otherwise. COMPOSE_ARGS adds options, e.g. COMPOSE_ARGS="--profile monitoring".
+compose-up:
+	deploy/container/compose.sh $(COMPOSE_ARGS) up -d
+
+compose-down:
+	deploy/container/compose.sh $(COMPOSE_ARGS) down
+
+# As root on a machine with no image registry: installs podman & co from Debian, builds the images
+# (deploy/container/prepare.sh) and runs tests/compose/ against the hostnet override. Part of test-all.
+compose-test: install-test
+	$(PY) -m pytest -q -s -m slow tests/compose
 
 clean-data:
 	rm -rf ./data
