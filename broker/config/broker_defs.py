@@ -305,6 +305,8 @@ _BROKER_DEFS: list[ConfigDef] = [
        at_least(1)),
     _b("broker.heartbeat.interval.ms", "int", 2000,
        "Cluster mode: how often the broker refreshes its etcd lease.", at_least(1)),
+    _b("broker.rack", "string", None,
+       "Rack of this broker; cluster mode places a partition's replicas on different racks where it can."),
     # --- authorization (security/authorizer.py)
     _b("authorizer.class.name", "string", "",
        "ACLs are enforced when this names Kafka's standard authorizer "

@@ -643,5 +643,6 @@ def test_reference_lists_no_effect_configs_in_their_own_section():
     md = config_reference_markdown()
     section = md[md.index("## Kafka broker configs accepted with no effect"):md.index("## Topic configs")]
     assert "| `sasl.kerberos.min.time.before.relogin` | long | `60000` | per-broker |" in section
-    assert "| `broker.rack` | string | null | read-only |" in section
+    assert "| `zookeeper.ssl.truststore.type` | string | null | read-only |" in section
+    assert "`broker.rack`" not in section  # cluster mode acts on it: a kbroker definition
     assert "`listeners`" not in section  # kbroker acts on it: listed with kbroker's own configs
