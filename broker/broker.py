@@ -89,8 +89,9 @@ class Broker:
         if self.config.get("kbroker.etcd.endpoints"):
             self.metadata = await self._join_cluster(advertised)
         else:
+            endpoints = {li.name: (li.host, li.port) for li in self.config.advertised_listeners}
             self.metadata = LocalMetadataStore(self.log_dirs[0], BrokerInfo(self.node_id, advertised.host,
-                                                                            advertised.port),
+                                                                            advertised.port, None, endpoints),
                                                cluster_id=self.config.get("cluster.id") or None)
         self._write_meta_properties()
         for name, value in self.metadata.broker_dynamic_configs().items():
@@ -133,9 +134,15 @@ class Broker:
 
             self.metrics_endpoint = MetricsEndpoint(self, listener)
             await self.metrics_endpoint.start()
-        if advertised.port == 0 and self.bound:
-            # Ephemeral listener port: advertise what was actually bound.
-            self.metadata.brokers()[0].port = self.bound[0][1]
+        if self.bound and self.cluster is None:
+            # Ephemeral listener ports (tests): advertise what was actually bound.
+            me = self.metadata.brokers()[0]
+            bound = self.server.bound_ports
+            for name, (host, port) in list(me.endpoints.items()):
+                if port == 0 and name in bound:
+                    me.endpoints[name] = (host, bound[name])
+            if me.port == 0:
+                me.host, me.port = me.endpoints.get(advertised.name, (me.host, self.bound[0][1]))
         self._start_schedulers()
         log.info("kbroker node %d started (cluster id %s), log dirs %s", self.node_id, self.metadata.cluster_id,
                  ", ".join(map(str, self.log_dirs)))
@@ -157,7 +164,8 @@ class Broker:
             "broker.session.timeout.ms", "broker.heartbeat.interval.ms")}
         try:
             self.cluster = await ClusterNode.start(
-                settings, node_id=self.node_id, endpoints=[Endpoint(advertised.name, advertised.host, advertised.port)],
+                settings, node_id=self.node_id,
+                endpoints=[Endpoint(li.name, li.host, li.port) for li in cfg.advertised_listeners],
                 rack=cfg.get("broker.rack") or None, log_dirs=self.log_dirs,
                 default_replication_factor=lambda: int(cfg.get("default.replication.factor")))
         except ClusterStartError as e:

@@ -452,7 +452,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 raise CloseConnection(why)
             principal = self.sasl.principal or ANONYMOUS
         ctx = RequestContext(self.broker, key, version, header.correlation_id, header.client_id,
-                             self.peer[0], self.peer[1], self.id, principal)
+                             self.peer[0], self.peer[1], self.id, principal, self.listener_name)
         t0 = time.perf_counter()
         if self.sasl is not None and key in (17, 36):
             if key == 17:
@@ -518,6 +518,7 @@ class KafkaServer:
         self.scratch = bytearray(_SCRATCH_SIZE)
         self.loop: Any = None
         self._reaper: asyncio.Task[None] | None = None
+        self.bound_ports: dict[str, int] = {}  # listener name -> the port bound (port 0: ephemeral)
         self._security: dict[str, listener_security.ListenerSecurity] | None = None
         config = broker.config
         self.quotas = ClientQuotaManager(lambda: broker.metadata.client_quotas(), int(config.get("quota.window.num")),
@@ -541,6 +542,7 @@ class KafkaServer:
             srv = await loop.create_server(lambda sec=sec: KafkaConnection(self, sec), host, listener.port,
                                            reuse_address=True, backlog=1024, ssl=sec.ssl_context)
             self.servers.append(srv)
+            self.bound_ports[listener.name] = srv.sockets[0].getsockname()[1]
             for sock in srv.sockets:
                 addr = sock.getsockname()
                 bound.append((addr[0], addr[1]))

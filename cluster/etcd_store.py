@@ -272,7 +272,8 @@ class EtcdMetadataStore(MetadataStore):
         out = []
         for node, reg in sorted(self._brokers.items()):
             ep = reg.endpoints[0]
-            out.append(BrokerInfo(node, ep.host, ep.port, reg.rack))
+            out.append(BrokerInfo(node, ep.host, ep.port, reg.rack,
+                                  {e.name: (e.host, e.port) for e in reg.endpoints}))
         return out
 
     def topics(self) -> dict[str, TopicInfo]:

@@ -54,6 +54,15 @@ class BrokerInfo:
     host: str
     port: int
     rack: str | None = None
+    # Advertised address per listener name: Kafka answers each client with the addresses of the
+    # listener its request came in on. Empty: host/port serve every listener.
+    endpoints: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+    def address(self, listener: str) -> tuple[str, int] | None:
+        """Where a client of ``listener`` reaches this broker; None when it has no such listener."""
+        if not self.endpoints or not listener:
+            return self.host, self.port
+        return self.endpoints.get(listener)
 
 
 @dataclass(slots=True)

@@ -32,6 +32,17 @@ class RequestContext:
     # Who sent the request: User:<SASL name>, User:<certificate subject> (SSL with client auth),
     # or User:ANONYMOUS.
     principal: str = "User:ANONYMOUS"
+    # The listener the request came in on: brokers are advertised with that listener's address.
+    listener: str = ""
+
+    def broker_addresses(self) -> list[tuple[int, str, int, str | None]]:
+        """(node id, host, port, rack) of the live brokers on this request's listener; as Kafka's
+        metadataCache.getAliveBrokerNodes(listenerName), brokers without it are left out."""
+        out = []
+        for b in self.broker.metadata.brokers():
+            if (addr := b.address(self.listener)) is not None:
+                out.append((b.node_id, addr[0], addr[1], b.rack))
+        return out
 
     # --- authorization (security/authorizer.py): the one place handlers ask. With no authorizer
     # configured (authorizer.class.name empty) every answer is "allowed", as in Kafka.

@@ -36,8 +36,8 @@ async def handle_describe_cluster(ctx: RequestContext, request) -> DescribeClust
     # As AuthHelper.computeDescribeClusterResponse: computed only on success and when asked.
     ops = as_bitfield(cluster_authorized_operations(ctx)) if request.include_cluster_authorized_operations \
         else AUTHORIZED_OPERATIONS_OMITTED
-    brokers = [DescribeClusterResponse.DescribeClusterBroker(version=v, broker_id=b.node_id, host=b.host, port=b.port,
-                                                             rack=b.rack) for b in md.brokers()]
+    brokers = [DescribeClusterResponse.DescribeClusterBroker(version=v, broker_id=node, host=host, port=port,
+                                                             rack=rack) for node, host, port, rack in ctx.broker_addresses()]
     return DescribeClusterResponse(version=v, throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1,
                                    cluster_id=md.cluster_id, controller_id=md.controller_id, brokers=brokers,
                                    authorized_operations=ops)

@@ -47,9 +47,9 @@ async def locate(ctx: RequestContext, key: str | None, key_type: int) -> tuple[i
     if not coord.is_loaded(partition):
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1, "coordinator is loading"
     leader = broker.metadata.leader(coord.topic, partition)
-    for b in broker.metadata.brokers():
-        if b.node_id == leader:
-            return ErrorCode.NONE, b.node_id, b.host, b.port, None
+    for node, host, port, _rack in ctx.broker_addresses():  # the address on the client's listener
+        if node == leader:
+            return ErrorCode.NONE, node, host, port, None
     return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1, "coordinator leader unknown"
 
 

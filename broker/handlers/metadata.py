@@ -113,8 +113,8 @@ async def handle_metadata(ctx: RequestContext, request) -> MetadataResponse:
     cluster_ops = AUTHORIZED_OPERATIONS_OMITTED
     if 8 <= v <= 10 and request.include_cluster_authorized_operations:
         cluster_ops = as_bitfield(cluster_authorized_operations(ctx))
-    brokers = [MetadataResponse.MetadataResponseBroker(version=v, node_id=b.node_id, host=b.host, port=b.port,
-                                                       rack=b.rack) for b in md.brokers()]
+    brokers = [MetadataResponse.MetadataResponseBroker(version=v, node_id=node, host=host, port=port, rack=rack)
+               for node, host, port, rack in ctx.broker_addresses()]
     return MetadataResponse(version=v, throttle_time_ms=0, brokers=brokers, cluster_id=md.cluster_id,
                             controller_id=md.controller_id, topics=topics,
                             authorized_operations=cluster_ops, error_code=0)

@@ -180,6 +180,6 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
     endpoints = {}
     if new_leaders:
         endpoints["node_endpoints"] = [
-            ProduceResponse.NodeEndpoint(version=v, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-            for b in ctx.broker.metadata.brokers() if b.node_id in new_leaders]
+            ProduceResponse.NodeEndpoint(version=v, node_id=node, host=host, port=port, rack=rack)
+            for node, host, port, rack in ctx.broker_addresses() if node in new_leaders]
     return ProduceResponse(version=v, responses=responses, throttle_time_ms=0, **endpoints)
