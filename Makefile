@@ -64,6 +64,12 @@ bench: install-test
 spark-demo: install-test
 	SPARK_LOCAL_IP=127.0.0.1 $(PY) -m spark_jobs.demo
 
+# The same job on a standalone Spark cluster (master + 2 workers on 127.0.0.1, stopped afterwards),
+# the code shipped to the executors with --py-files (docs/spark.md, "Standalone cluster").
+.PHONY: spark-cluster-demo
+spark-cluster-demo: install-test
+	SPARK_LOCAL_IP=127.0.0.1 $(PY) -m spark_jobs.cluster_demo
+
 # The three-broker cluster of docker-compose.yml (docs/docker.md): `docker compose` when a Docker engine
 # answers, podman-compose otherwise. COMPOSE_ARGS adds options, e.g. COMPOSE_ARGS="--profile monitoring".
 compose-up:

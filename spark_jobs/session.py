@@ -2,7 +2,8 @@
 
 Defaults suit a laptop or CI box: ``local[2,4]`` (two threads; up to 4 attempts per task, because
 plain ``local[2]`` never retries a failed task), few shuffle partitions, no UI. Under spark-submit
-the master and other settings given on its command line win.
+the master and other settings given on its command line win. On a cluster master the session
+first checks that the executors import the shipped ``spark_jobs`` (spark_jobs/executor_check.py).
 """
 
 from __future__ import annotations
@@ -52,6 +53,10 @@ def spark_session(app_name: str = "kbroker", *, master: str | None = None, shuff
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
     register(spark)
+    # On a cluster, fail now and say why if the executors lack the shipped package (--py-files).
+    from .executor_check import check
+
+    check(spark)
     return spark
 
 

@@ -4,7 +4,8 @@ The session is ``local[2,4]`` (2 threads, up to 4 attempts per task so task-retr
 loopback-bound (SPARK_LOCAL_IP=127.0.0.1), 2 shuffle partitions, no UI. When the ``spark`` extra
 (pyspark, pyarrow) is not installed every module here is collected as one stand-in test instead of
 being imported, and tests needing a SparkSession also need Java: locally those are skipped, in CI
-(env CI set) they fail (tests.helpers.tools.require_tool).
+(env CI set) they fail (tests.helpers.tools.require_tool). ``spark_cluster`` is a standalone cluster
+(master + 2 workers) for the slow tests of test_spark_standalone.py.
 """
 
 from __future__ import annotations
@@ -54,3 +55,22 @@ def spark() -> Iterator[object]:
 def pytest_configure(config: pytest.Config) -> None:
     # pandas 3 is newer than PySpark's tested range; the Arrow paths used here do not touch pandas.
     config.addinivalue_line("filterwarnings", "ignore:PySpark does not yet fully support pandas:FutureWarning")
+
+
+@pytest.fixture
+def spark_cluster(tmp_path: Path) -> Iterator[object]:
+    """A standalone Spark cluster on 127.0.0.1: a master and two 1-core, 512 MB workers (slow tests).
+
+    Started from the installed PySpark (spark_jobs/standalone.py) under ``tmp_path``; every JVM and
+    Python process of it is stopped by pid at teardown, whatever the test did.
+    """
+    from spark_jobs.standalone import StandaloneCluster
+
+    require_tool("java", shutil.which("java") is not None or bool(os.environ.get("JAVA_HOME")),
+                 "Spark needs Java 17+ (java not on PATH, JAVA_HOME unset)")
+    cluster = StandaloneCluster(tmp_path / "spark-cluster", workers=2)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
