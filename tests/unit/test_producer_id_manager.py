@@ -104,12 +104,14 @@ def test_next_block_is_prefetched_off_the_loop_thread(tmp_path: Path, monkeypatc
     async def run() -> list[int]:
         m = ProducerIdManager(f, block_size=10)
         m.prefetch()  # what the broker does at start
-        await _until(lambda: _block_end(f) == 9)
+        # The file is written on the executor thread before the loop learns the block is ready:
+        # wait for both, or generate() rightly reserves a block of its own.
+        await _until(lambda: _block_end(f) == 9 and m._prefetching is None)
         ids = []
         for i in range(25):
             ids.append(m.generate())
             if i % 10 == 8:  # 90% used: the next block is on its way
-                await _until(lambda i=i: _block_end(f) == (i // 10 + 2) * 10 - 1)
+                await _until(lambda i=i: _block_end(f) == (i // 10 + 2) * 10 - 1 and m._prefetching is None)
         return ids
 
     assert asyncio.run(run()) == list(range(25))
