@@ -37,6 +37,7 @@ from cli.common import (
     require_topic,
     run_tool,
 )
+from cli.progress import progress
 
 PROG = "kbroker perf"
 REPORT_EVERY_S = 5.0
@@ -129,12 +130,14 @@ def _produce(args: argparse.Namespace, out: TextIO) -> int:
     payload = "".join(random.choices(string.ascii_uppercase, k=args.record_size)).encode()
     stats = ProduceStats(out)
     deadline = time.monotonic() + args.timeout
+    bar = progress(args.num_records, "produce")
 
     def on_delivery(err: Any, msg: Any, sent_at: float) -> None:
         if err is not None:
             stats.errors.append(error_text(err))
         else:
             stats.record((time.monotonic() - sent_at) * 1000, len(payload))
+            bar.update()
 
     sent = 0
     while sent < args.num_records and time.monotonic() < deadline and not stats.errors:
@@ -155,6 +158,7 @@ def _produce(args: argparse.Namespace, out: TextIO) -> int:
         stats.maybe_report()
     while producer.flush(0.5) and time.monotonic() < deadline and not stats.errors:
         stats.maybe_report()
+    bar.close()
     out.write(stats.summary() + "\n")
     if stats.errors:
         raise CliError(f"{len(stats.errors)} record(s) failed: {stats.errors[0]}")
@@ -187,13 +191,17 @@ def _consume(args: argparse.Namespace, out: TextIO) -> int:
         consumer.subscribe([args.topic], on_assign=lambda c, parts: assigned_at.append(time.monotonic()))
         deadline = start + args.timeout
         count = size = 0
+        bar = progress(args.num_records, "consume")
         while count < args.num_records and time.monotonic() < deadline:
-            for msg in consumer.consume(min(500, args.num_records - count), 0.5):
+            msgs = consumer.consume(min(500, args.num_records - count), 0.5)
+            for msg in msgs:
                 if msg.error():
                     raise CliError(f"consuming {args.topic}: {error_text(msg.error())}")
                 count += 1
                 size += len(msg.value() or b"") + len(msg.key() or b"")
+            bar.update(len(msgs))
         end = time.monotonic()
+        bar.close()
     finally:
         consumer.close()
     elapsed = max(end - start, 1e-9)
