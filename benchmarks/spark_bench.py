@@ -2,12 +2,15 @@
 
     .venv/bin/python benchmarks/spark_bench.py [--records N] [--size BYTES] [--max-per-batch M]
                                                [--master local[2]] [--bootstrap HOST:PORT] [--out FILE]
+                                               [--modes exactly-once,2pc,at-least-once]
 
 Without --bootstrap a kbroker subprocess is started in a temp dir. N records of BYTES-byte values go
 to a 2-partition topic; then the uppercase query (kbroker source -> upper(value) -> kbroker sink) runs
-with Trigger.AvailableNow and maxOffsetsPerTrigger=M, once with the exactly-once sink and once with
-``kbroker.sink.exactlyOnce=false`` (idempotent producer, at-least-once) to show what the transactions
-cost. Reported per mode: steady-state rate = rows / trigger-execution time summed over every batch but
+with Trigger.AvailableNow and maxOffsetsPerTrigger=M, once per sink mode: ``exactly-once`` (per-task
+transactions with commit markers, the default), ``2pc`` (``exactlyOnce.mode=2pc``: prepared task
+transactions the driver commits together, behind a gate; the broker runs with
+transaction.two.phase.commit.enable=true) and ``at-least-once`` (``kbroker.sink.exactlyOnce=false``,
+idempotent producer) to show what the transactions cost. Reported per mode: steady-state rate = rows / trigger-execution time summed over every batch but
 the first, and end-to-end rate = N / wall time of the query (a small warm-up query runs before both,
 so neither pays for Python worker start-up).
 Every run checks with a read_committed consumer that the output holds exactly N records.
@@ -42,7 +45,8 @@ streaming query (kbroker source, read_committed -> `upper(value)` -> kbroker sin
 Trigger.AvailableNow and maxOffsetsPerTrigger = M on `local[2]`. *steady rec/s* = rows / summed
 trigger-execution time of all batches but the first; *end-to-end rec/s* = N / query wall time (query
 start to termination, after a small warm-up query; SparkSession start-up excluded). `exactly-once` = transactional sink with
-commit markers (the default); `at-least-once` = `kbroker.sink.exactlyOnce=false`. One row per run,
+commit markers (the default); `exactly-once-2pc` = `exactlyOnce.mode=2pc` (batch-atomic); `at-least-once` =
+`kbroker.sink.exactlyOnce=false`. One row per run,
 newest last; the load average shows how busy the machine was.
 
 | date (UTC) | commit | host | load avg | records × size | per batch | sink | batches | steady rec/s | end-to-end rec/s |
@@ -50,9 +54,13 @@ newest last; the load average shows how busy the machine was.
 """
 
 
-def produce(bootstrap: str, topic: str, n: int, size: int) -> None:
+def create_topic(bootstrap: str, topic: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
     admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result(30)
+
+
+def produce(bootstrap: str, topic: str, n: int, size: int) -> None:
+    create_topic(bootstrap, topic)
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 10, "batch.size": 1 << 20,
                   "queue.buffering.max.messages": 1_000_000})
     pad = b"x" * max(0, size - 16)
@@ -66,18 +74,27 @@ def produce(bootstrap: str, topic: str, n: int, size: int) -> None:
     assert p.flush(120) == 0
 
 
+MODES = {
+    "exactly-once": {"kbroker.sink.exactlyOnce": "true"},
+    "2pc": {"exactlyOnce.mode": "2pc"},
+    "at-least-once": {"kbroker.sink.exactlyOnce": "false"},
+}
+LABELS = {"2pc": "exactly-once-2pc"}
+
+
 def run_query(spark: Any, bootstrap: str, src: str, dst: str, checkpoint: str, per_batch: int,
-              exactly_once: bool) -> dict[str, Any]:
+              sink_options: dict[str, str]) -> dict[str, Any]:
     from spark_jobs.uppercase import transform
 
     df = (spark.readStream.format("kbroker").option("kafka.bootstrap.servers", bootstrap)
           .option("subscribe", src).option("startingOffsets", "earliest")
           .option("maxOffsetsPerTrigger", str(per_batch)).load())
     started = time.monotonic()
-    q = (transform(df).writeStream.format("kbroker").option("kafka.bootstrap.servers", bootstrap)
-         .option("topic", dst).option("checkpointLocation", checkpoint)
-         .option("kbroker.sink.exactlyOnce", str(exactly_once).lower())
-         .trigger(availableNow=True).start())
+    w = (transform(df).writeStream.format("kbroker").option("kafka.bootstrap.servers", bootstrap)
+         .option("topic", dst).option("checkpointLocation", checkpoint).trigger(availableNow=True))
+    for key, value in sink_options.items():
+        w = w.option(key, value)
+    q = w.start()
     q.awaitTermination()
     wall = time.monotonic() - started
     progress = [p for p in q.recentProgress if p["numInputRows"]]
@@ -103,13 +120,19 @@ def main() -> None:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--bootstrap", default=None)
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--modes", default="exactly-once,2pc,at-least-once",
+                    help=f"comma-separated sink modes to measure, of {', '.join(MODES)}")
     args = ap.parse_args()
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if unknown := [m for m in modes if m not in MODES]:
+        ap.error(f"unknown modes {unknown}")
 
     with tempfile.TemporaryDirectory(prefix="spark-bench-") as tmp:
         broker = None
         bootstrap = args.bootstrap
         if bootstrap is None:
-            broker = BrokerProcess(Path(tmp) / "data", overrides={"num.partitions": "2"})
+            broker = BrokerProcess(Path(tmp) / "data", overrides={"num.partitions": "2",
+                                                                  "transaction.two.phase.commit.enable": "true"})
             broker.start()
             bootstrap = broker.bootstrap
         try:
@@ -124,16 +147,21 @@ def main() -> None:
             # topic, so the first measured mode does not pay for it.
             produce(bootstrap, f"{src}-warmup", 2000, args.size)
             run_query(spark, bootstrap, f"{src}-warmup", f"{src}-warmup-out", str(Path(tmp) / "ck-warmup"),
-                      1000, True)
+                      1000, MODES["exactly-once"])
             rows = []
-            for exactly_once in (True, False):
-                dst = f"{src}-out-{'eos' if exactly_once else 'alo'}"
+            for name in modes:
+                dst = f"{src}-out-{name}"
+                if name == "2pc":  # the gate needs the output's partitions; a 2pc warm-up too
+                    for topic in (dst, f"{src}-warmup-out-2pc"):
+                        create_topic(bootstrap, topic)
+                    run_query(spark, bootstrap, f"{src}-warmup", f"{src}-warmup-out-2pc",
+                              str(Path(tmp) / "ck-warmup-2pc"), 1000, MODES["2pc"])
                 res = run_query(spark, bootstrap, src, dst, str(Path(tmp) / f"ck-{dst}"), args.max_per_batch,
-                                exactly_once)
+                                MODES[name])
                 n_out = count_committed(bootstrap, dst)
                 if n_out != args.records:
                     raise SystemExit(f"{dst}: expected {args.records} output records, found {n_out}")
-                mode = "exactly-once" if exactly_once else "at-least-once"
+                mode = LABELS.get(name, name)
                 print(f"{mode}: {res['batches']} batches, steady {res['steady']:,.0f} rec/s, "
                       f"end-to-end {res['end_to_end']:,.0f} rec/s ({res['wall']:.1f}s)", flush=True)
                 rows.append((mode, res))

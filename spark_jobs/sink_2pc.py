@@ -23,8 +23,10 @@ Roles (docs/spark.md, "Batch-atomic mode" has the whole story):
   every LSO past the whole batch. Its timeout (``kbroker.sink.2pc.gateTimeoutMs``) frees the LSO
   when the query stops.
 
-Test hook: with env ``KBROKER_SPARK_CRASH_AT_BATCH=<b>`` commit(b) SIGKILLs the driver after
-recording the decision and committing one transaction of the batch (the rest stay prepared).
+Test hook: with env ``KBROKERTEST_SPARK_CRASH_AT_BATCH=<b>`` commit(b) SIGKILLs the driver after
+recording the decision and committing one transaction of the batch (the rest stay prepared);
+``KBROKERTEST_SPARK_2PC_COMMIT_DELAY_MS=<ms>`` commits a batch's transactions one by one with
+that pause after each (the window a reader would need to see part of a batch without the gate).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ BATCH_HEADER_OPTION = "kbroker.sink.batchIdHeader"
 CHUNK_RECORDS = 5000  # records per Produce request to one partition
 CHUNK_BYTES = 1 << 20
 GATE_KEY = b"__kbroker_gate__"
+COMMIT_DELAY_ENV = "KBROKERTEST_SPARK_2PC_COMMIT_DELAY_MS"
 
 
 @dataclass(frozen=True)
@@ -272,13 +275,13 @@ async def _move_gate(state: TwoPc) -> None:
 
 def commit(state: TwoPc, messages: list[Any], batch_id: int) -> None:
     """Driver side: decide (record), then complete every prepared transaction, then move the gate."""
-    from .sink import TaskReport, _crash_driver
+    from .sink import CRASH_ENV, TaskReport, _crash_driver
 
     prepared = {m.transactional_id: m.prepared for m in messages
                 if isinstance(m, TaskReport) and m.prepared and m.transactional_id}
     ck = Path(state.checkpoint)
     txns = record_decision(ck, batch_id, prepared)
-    crash = os.environ.get("KBROKER_SPARK_CRASH_AT_BATCH")
+    crash = os.environ.get(CRASH_ENV)
     if crash is not None and int(crash) == batch_id:
         first = sorted(txns)[:1]
         asyncio.run(_complete_all(state, {t: txns[t] for t in first}, gate=False))
@@ -291,7 +294,14 @@ def commit(state: TwoPc, messages: list[Any], batch_id: int) -> None:
 
 
 async def _complete_all(state: TwoPc, txns: dict[str, str], *, gate: bool) -> None:
-    await asyncio.gather(*(_complete(state, tid, PreparedTxnState.parse(s), strict=True) for tid, s in txns.items()))
+    delay_ms = int(os.environ.get(COMMIT_DELAY_ENV) or 0)
+    if delay_ms:  # test hook: one at a time, slowly, so that a reader could catch a half-committed batch
+        for tid, s in sorted(txns.items()):
+            await _complete(state, tid, PreparedTxnState.parse(s), strict=True)
+            await asyncio.sleep(delay_ms / 1000)
+    else:
+        await asyncio.gather(*(_complete(state, tid, PreparedTxnState.parse(s), strict=True)
+                               for tid, s in txns.items()))
     if gate:
         await _move_gate(state)
 
