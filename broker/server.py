@@ -24,6 +24,7 @@ broker/handlers/sasl.py's ``SaslSession`` before any other request is served.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import itertools
 import logging
@@ -388,6 +389,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
             raise
         except Exception:
             log.exception("closing connection %s from %s:%s after an unexpected error", self.id, *self.peer)
+            # Answers already computed for earlier pipelined requests still go out, as on a CloseConnection.
+            if out:
+                with contextlib.suppress(Exception):
+                    await self._write(out)
             self.close()
 
     async def _throttle(self, out: list[bytes | memoryview]) -> None:
@@ -440,10 +445,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 request = reg.decoder(mv[pos:], version)
             else:
                 request = spec.request.decode(mv[pos:], version=version)
-                # Kafka's parse error for a non-nullable field sent as null, before any handler runs.
+                # Kafka's parse errors for a non-nullable field sent as null or a string longer
+                # than 32767 bytes, before any handler runs.
                 check = checker_for(spec.request, version)
                 if check is not None and (bad := check(request)) is not None:
-                    raise ValueError(f"non-nullable field {bad} was serialized as null")
+                    raise ValueError(bad)
         except Exception as e:
             raise CloseConnection(f"could not decode {spec.name} v{version} request: {e}") from None
         principal = self.principal
@@ -463,6 +469,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 log.debug("connection %s from %s:%s authenticated as %s (%s)", self.id, *self.peer,
                           self.sasl.principal, self.sasl.mechanism)
         else:
+            if key == self.server.raise_api:
+                raise RuntimeError(f"test-only failure of api {key} (KBROKERTEST_RAISE_API)")
             response = await reg.handler(ctx, request)
             if key in client_throttle.CLIENT_THROTTLES:
                 response, ms = client_throttle.apply(self.server.quotas, key, version, principal, header.client_id,
@@ -513,6 +521,8 @@ class KafkaServer:
         self.connections: set[KafkaConnection] = set()
         self.servers: list[asyncio.base_events.Server] = []
         self.max_queued = max(16, int(broker.config.get("queued.max.requests") or 500))
+        # Test-only: the handler of this api key raises, to exercise the unexpected-error path.
+        self.raise_api = int(os.environ.get("KBROKERTEST_RAISE_API", "-1"))
         self.pool = MemoryPool(int(broker.config.get("queued.max.request.bytes")))
         self.max_idle_s = int(broker.config.get("connections.max.idle.ms")) / 1000
         self.scratch = bytearray(_SCRATCH_SIZE)

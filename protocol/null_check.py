@@ -60,7 +60,27 @@ class _Gen:
         self.lines.append("    " * depth + line)
 
 
-def _emit_struct(g: _Gen, struct: StructField, version: int, obj: str, path: str, depth: int) -> bool:
+# Kafka's generated readers refuse a string longer than a short can say ("string field X had
+# invalid length N"); only flexible versions (varint lengths) can carry one. Python counts
+# characters: a string of at most MAX_STRING // 3 characters cannot exceed MAX_STRING UTF-8 bytes.
+MAX_STRING = 0x7FFF
+_SURE_SHORT = MAX_STRING // 3
+
+
+def _null(path: str) -> str:
+    return repr(f"non-nullable field {path} was serialized as null")
+
+
+def _long(path: str, var: str) -> str:
+    return f'"string field {path} had invalid length " + str(len({var}.encode()))'
+
+
+def _too_long(var: str) -> str:
+    return f"len({var}) > {_SURE_SHORT} and len({var}.encode()) > {MAX_STRING}"
+
+
+def _emit_struct(g: _Gen, struct: StructField, version: int, obj: str, path: str, depth: int,
+                 flexible: bool = False) -> bool:
     """Emit the checks for the fields of ``struct`` held in variable ``obj``; False if none needed."""
     emitted = False
     for f in _fields(struct, version):
@@ -70,26 +90,34 @@ def _emit_struct(g: _Gen, struct: StructField, version: int, obj: str, path: str
         is_simple_array = isinstance(f, ArrayField) and not is_struct_array
         elem_can_be_null = is_simple_array and f.array_of._type_str in _NULLABLE_KINDS
         needs_self = not nullable and _can_be_null(f)
+        long_self = flexible and isinstance(f, SimpleField) and f._type_str == "string"
+        long_elems = flexible and is_simple_array and f.array_of._type_str == "string"
         # Look inside a struct array (or plain struct) only if something below needs checking.
         inner = _Gen()
         inner.n = g.n
         item = inner.var("e")
         has_inner = False
         if is_struct_array:
-            has_inner = _emit_struct(inner, f.array_of, version, item, fpath + "[].", depth + 2)
+            has_inner = _emit_struct(inner, f.array_of, version, item, fpath + "[].", depth + 2, flexible)
         elif isinstance(f, StructField):
-            has_inner = _emit_struct(inner, f, version, item, fpath + ".", depth + 1)
-        if not (needs_self or has_inner or elem_can_be_null):
+            has_inner = _emit_struct(inner, f, version, item, fpath + ".", depth + 1, flexible)
+        if not (needs_self or has_inner or elem_can_be_null or long_self or long_elems):
             continue
         emitted = True
         v = g.var("v")
         g.emit(depth, f"{v} = {obj}.{f.name}")
         if needs_self:
-            g.emit(depth, f"if {v} is None: return {fpath!r}")
+            g.emit(depth, f"if {v} is None: return {_null(fpath)}")
+        if long_self:
+            g.emit(depth, f"if {v} is not None and {_too_long(v)}: return {_long(fpath, v)}")
         if elem_can_be_null:
             # Elements of a []string array are never nullable in Kafka's schemas.
             guard = "" if needs_self else f"{v} is not None and "
-            g.emit(depth, f"if {guard}None in {v}: return {(fpath + '[]')!r}")
+            g.emit(depth, f"if {guard}None in {v}: return {_null(fpath + '[]')}")
+        if long_elems:
+            s = g.var("s")
+            g.emit(depth, f"for {s} in {v} or ():")
+            g.emit(depth + 1, f"if {s} is not None and {_too_long(s)}: return {_long(fpath + '[]', s)}")
         if has_inner:
             g.n = inner.n
             if is_struct_array:
@@ -102,9 +130,9 @@ def _emit_struct(g: _Gen, struct: StructField, version: int, obj: str, path: str
     return emitted
 
 
-def _compile(struct: StructField, version: int, label: str) -> Checker | None:
+def _compile(struct: StructField, version: int, label: str, flexible: bool = False) -> Checker | None:
     g = _Gen()
-    if not _emit_struct(g, struct, version, "obj", "", 1):
+    if not _emit_struct(g, struct, version, "obj", "", 1, flexible):
         return None
     src = "def _check(obj):\n" + "\n".join(g.lines) + "\n    return None\n"
     ns: dict[str, Any] = {}
@@ -118,13 +146,14 @@ def checker_for(message_cls: type, version: int) -> Checker | None:
 
     None when nothing in that version can be a forbidden null (no per-request cost at all).
     """
-    return _compile(message_cls._struct, version, f"{message_cls.__name__}_v{version}")
+    return _compile(message_cls._struct, version, f"{message_cls.__name__}_v{version}",
+                    bool(message_cls.flexible_version_q(version)))
 
 
 def source_for(message_cls: type, version: int) -> str:
     """The generated checker source (for tests and for reading what is checked)."""
     g = _Gen()
-    _emit_struct(g, message_cls._struct, version, "obj", "", 1)
+    _emit_struct(g, message_cls._struct, version, "obj", "", 1, bool(message_cls.flexible_version_q(version)))
     return "\n".join(g.lines)
 
 
@@ -134,4 +163,4 @@ def check_request(message_cls: type, version: int, request: Any) -> None:
     if check is not None:
         bad = check(request)
         if bad is not None:
-            raise NullFieldError(f"non-nullable field {bad} was serialized as null")
+            raise NullFieldError(bad)

@@ -20,8 +20,10 @@ def test_every_request_schema_compiles():
 
 
 def test_nullable_fields_pass_and_non_nullable_fail():
-    # Metadata topics are nullable from v1: no check at all is compiled for them.
-    assert checker_for(MetadataRequest, 12) is None
+    # Metadata topics are nullable from v1: null topics pass (only string lengths are checked there).
+    md = MetadataRequest(version=12, topics=None, allow_auto_topic_creation=False,
+                         include_topic_authorized_operations=False)
+    assert checker_for(MetadataRequest, 12)(md) is None
     ok = OffsetFetchRequest(version=7, group_id="g", topics=None, require_stable=False)
     check_request(OffsetFetchRequest, 7, ok)  # topics null = all topics (nullable since v2)
     bad = OffsetFetchRequest(version=7, group_id=None, topics=None, require_stable=False)
@@ -59,3 +61,24 @@ def test_error_summary_for_the_request_log():
         P(version=8, partition_index=0, error_code=0), P(version=8, partition_index=1, error_code=3)])])
     assert error_summary(8, 8, resp) == "3@topics[].partitions[]"
     assert error_summary(0, 9, None) == "none"
+
+
+def test_strings_longer_than_a_short_are_refused_in_flexible_versions():
+    """Kafka's readers: "string field X had invalid length N" (a fuzzer found 40,000-byte group and
+    transactional ids accepted, then failing every later encoding of them)."""
+    spec = get_spec(22)  # InitProducerId
+    ok = spec.request(version=4, transactional_id="t" * 32767, transaction_timeout_ms=1000, producer_id=-1,
+                      producer_epoch=-1)
+    check_request(spec.request, 4, ok)
+    long = spec.request(version=4, transactional_id="t" * 32768, transaction_timeout_ms=1000, producer_id=-1,
+                        producer_epoch=-1)
+    with pytest.raises(NullFieldError, match="string field TransactionalId had invalid length 32768"):
+        check_request(spec.request, 4, long)
+    wide = spec.request(version=4, transactional_id="\u00e9" * 20000, transaction_timeout_ms=1000, producer_id=-1,
+                        producer_epoch=-1)  # 20,000 characters, 40,000 UTF-8 bytes
+    with pytest.raises(NullFieldError, match="invalid length 40000"):
+        check_request(spec.request, 4, wide)
+    groups = get_spec(15)  # DescribeGroups v5 (flexible): []string groups
+    with pytest.raises(NullFieldError, match=r"string field Groups\[\] had invalid length"):
+        check_request(groups.request, 5, groups.request(version=5, groups=["g", "x" * 40000],
+                                                        include_authorized_operations=False))
