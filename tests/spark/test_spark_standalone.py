@@ -8,7 +8,7 @@ where its executors imported ``spark_jobs`` from, which must be the zip.
 
 While a job runs, one worker is SIGKILLed with its executor JVM and Python workers (as if its host
 died) at a moment when it is running a task (its executor's log shows a task started and not
-finished; for txn_ctp, both partitions' committed offsets are between start and end): the driver loses the executor, Spark runs the lost task
+finished; for txn_ctp also both output partitions' last stable offsets between start and end): the driver loses the executor, Spark runs the lost task
 again on the other worker, and the job finishes. A read_committed consumer must then find every
 input record exactly once in the output (nothing lost, nothing twice, nothing of the killed
 attempt's aborted transaction).
@@ -21,13 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from kafka_util import create_topic, produce, read_all, values
 
 from tests.helpers.spark_cluster import SubmittedJob, executor_tasks, lost_and_rerun
 
 pytestmark = pytest.mark.slow
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 N = 20_000
 JOB_TIMEOUT = 900  # seconds; Spark JVMs on two shared cores are slow to start, not to finish
 SHIPPED = "kbroker: spark_jobs on the executors of spark://127.0.0.1:"
@@ -48,8 +49,7 @@ def _assert_exactly_once(bootstrap: str, topic: str = "topic2") -> None:
 def _assert_shipped(job: SubmittedJob) -> None:
     line = next((x for x in job.text().splitlines() if x.startswith(SHIPPED)), None)
     assert line is not None, job.tail()
-    assert "kbroker_spark.zip/spark_jobs/__init__.py" in line and "/work/" not in line.replace(
-        str(job.package), ""), line
+    assert "kbroker_spark.zip/spark_jobs/__init__.py" in line and str(REPO_ROOT) not in line, line
 
 
 def _assert_rerun(cluster: Any, killed: int, survivor: int) -> None:
@@ -115,23 +115,31 @@ def test_uppercase_exactly_once_with_a_worker_killed(broker: Any, spark_cluster:
 
 def test_txn_ctp_exactly_once_with_a_worker_killed(broker: Any, spark_cluster: Any, tmp_path: Path) -> None:
     _input(broker.bootstrap)
-    ends = {0: N // 2, 1: N // 2}
-    group = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "ctp"})
+    # Not the group's committed offsets: with a transaction always pending, an OffsetFetch asking
+    # for stable offsets waits. The output's last stable offset shows committed progress at once.
+    lso = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "w", "isolation.level": "read_committed"})
 
-    def both_mid_run() -> bool:
-        got = group.committed([TopicPartition("topic1", p) for p in ends], timeout=10)
-        return all(0 < c.offset < ends[c.partition] for c in got)
+    def worker0_mid_partition() -> bool:
+        started, finished = executor_tasks(spark_cluster, 0)
+        if not {t for t in started - finished if t[0] >= 1}:  # stage 0 is the executor check's
+            return False
+        try:
+            ends = [lso.get_watermark_offsets(TopicPartition("topic2", p), timeout=10, cached=False)[1]
+                    for p in (0, 1)]
+        except KafkaException:
+            return False
+        # Both tasks (one per worker) have committed transactions and are not done.
+        return all(0 < e < N // 2 for e in ends)
 
     args = ["--bootstrap", broker.bootstrap, "--input", "topic1", "--output", "topic2", "--group", "ctp",
             "--batch", "25"]  # 400 transactions per partition: a wide window to kill in
     try:
         with SubmittedJob(spark_cluster, "spark_jobs.txn_ctp", args, log=tmp_path / "driver.log") as job:
-            # Both tasks (one per worker) are inside their partitions: the killed worker's is lost.
-            _wait_until(both_mid_run, job, "both tasks mid-partition")
+            _wait_until(worker0_mid_partition, job, "both tasks mid-partition")
             spark_cluster.kill_worker(0)
             code = job.wait(JOB_TIMEOUT)
     finally:
-        group.close()
+        lso.close()
     assert code == 0, job.tail()
     _assert_shipped(job)
     summary = job.summary()
