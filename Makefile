@@ -55,10 +55,19 @@ test-all: install-test
 lint: install-test
 	$(VENV)/bin/ruff check .
 
-# Side-by-side kbroker vs Tansu (report + charts under benchmarks/results/); `BENCH_ARGS=--quick` for a smoke run.
-bench: install-test
+RDKAFKA_PERF := benchmarks/build/rdkafka_performance
+
+# Side-by-side kbroker vs Tansu vs the null-broker ceiling (report + charts under benchmarks/results/);
+# `BENCH_ARGS=--quick` for a smoke run (report under benchmarks/results/quick/, the committed one is kept).
+bench: install-test $(RDKAFKA_PERF)
 	$(PIP) install -q -e '.[bench]'
 	$(PY) benchmarks/bench.py $(BENCH_ARGS)
+
+# librdkafka's rdkafka_performance (the C client of `make bench`), built once from Debian's librdkafka
+# source package against librdkafka-dev (gitignored benchmarks/build/). Without root and the packages the
+# build says what is missing and `make bench` runs without the C-client rows.
+$(RDKAFKA_PERF):
+	benchmarks/build_rdkafka_perf.sh $@ || echo "note: rdkafka_performance not built; make bench skips the C client"
 
 # Runs the `uppercase` job against the broker on 127.0.0.1:9092 (or a temporary one) and says what it did.
 spark-demo: install-test

