@@ -240,11 +240,18 @@ async def _recover(state: TwoPc, ck: Path) -> RecoveryPlan:
 
 
 async def _complete(state: TwoPc, tid: str, expected: PreparedTxnState | None, *, strict: bool) -> None:
-    """Commit the prepared transaction of ``tid`` if it is ``expected`` (any, when None)."""
+    """Commit the prepared transaction of ``tid`` if it is ``expected`` (any, when None).
+
+    ``strict``: a task of this batch just reported it prepared, so it must still be open and be
+    that one; anything else lost its rows and fails the batch instead of passing silently.
+    Otherwise (recovery, roll-forward) a completed one was completed by an interrupted commit."""
     async with SinkProducer(state.bootstrap, tid) as p:
         ongoing = await p.start(keep_prepared_txn=True)
         if ongoing is None:
-            return  # completed already (a commit interrupted by a crash, now rolled forward)
+            if strict:
+                raise TwoPhaseError(f"2pc: the prepared transaction of {tid} is no longer open; its rows of "
+                                    "this batch are lost", ErrorCode.INVALID_TXN_STATE)
+            return
         if expected is None or ongoing == expected:
             await p.commit()
             return
@@ -284,23 +291,25 @@ def commit(state: TwoPc, messages: list[Any], batch_id: int) -> None:
     crash = os.environ.get(CRASH_ENV)
     if crash is not None and int(crash) == batch_id:
         first = sorted(txns)[:1]
-        asyncio.run(_complete_all(state, {t: txns[t] for t in first}, gate=False))
+        asyncio.run(_complete_all(state, {t: txns[t] for t in first}, gate=False, fresh=set(prepared)))
         _crash_driver()
-    asyncio.run(_complete_all(state, txns, gate=True))
+    # Transactions merged from an earlier decision of this batch may be committed already.
+    asyncio.run(_complete_all(state, txns, gate=True, fresh=set(prepared)))
     # Spark runs batch b only after commits/<b-1>: older decisions are in its log now.
     forget_decisions(ck, [b for b in read_decisions(ck) if b < batch_id])
     records = sum(m.records for m in messages if isinstance(m, TaskReport))
     log.info("2pc batch %d: %d records, %d transactions committed", batch_id, records, len(prepared))
 
 
-async def _complete_all(state: TwoPc, txns: dict[str, str], *, gate: bool) -> None:
+async def _complete_all(state: TwoPc, txns: dict[str, str], *, gate: bool, fresh: set[str] | None = None) -> None:
+    fresh = fresh or set()
     delay_ms = int(os.environ.get(COMMIT_DELAY_ENV) or 0)
     if delay_ms:  # test hook: one at a time, slowly, so that a reader could catch a half-committed batch
         for tid, s in sorted(txns.items()):
-            await _complete(state, tid, PreparedTxnState.parse(s), strict=True)
+            await _complete(state, tid, PreparedTxnState.parse(s), strict=tid in fresh)
             await asyncio.sleep(delay_ms / 1000)
     else:
-        await asyncio.gather(*(_complete(state, tid, PreparedTxnState.parse(s), strict=True)
+        await asyncio.gather(*(_complete(state, tid, PreparedTxnState.parse(s), strict=tid in fresh)
                                for tid, s in txns.items()))
     if gate:
         await _move_gate(state)

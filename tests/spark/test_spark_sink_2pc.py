@@ -190,3 +190,18 @@ def _open_any(bootstrap: str) -> list[str]:
         async with SinkProducer(bootstrap, "probe") as p:
             return await p.list_open("kbroker-spark.")
     return asyncio.run(run())
+
+
+def test_commit_fails_when_a_prepared_transaction_was_lost(broker_factory: Any, tmp_path: Path) -> None:
+    """A task's prepared transaction aborted behind the driver's back (force-terminate, a stray
+    recovery): the commit must fail the batch, not report it committed without those rows."""
+    from protocol.two_phase import TwoPhaseError
+
+    broker = broker_factory(TWO_PC)
+    create_topic(broker.bootstrap, "out", partitions=2)
+    w = _writer(broker.bootstrap, _checkpoint(tmp_path))
+    assert w.twopc is not None
+    r = [_task(w, 0, 0, ["a"]), _task(w, 0, 1, ["b"])]
+    asyncio.run(sink_2pc._abort(w.twopc, P + "0.1"))
+    with pytest.raises(TwoPhaseError, match="no longer open"):
+        w.commit(r, 0)
