@@ -3,7 +3,8 @@
 # PyPI packages only: the container engine (podman + netavark/aardvark-dns/iptables/runc),
 # podman-compose in the project's venv, an engine config of our own (CONTAINERS_CONF, /etc untouched),
 # a base image built with mmdebstrap (localhost/kbroker-base), an etcd image from Debian's etcd-server
-# binary (localhost/kbroker-etcd) and the kbroker image itself (localhost/kbroker) from ./Dockerfile.
+# binary (localhost/kbroker-etcd), a Prometheus image from Debian's prometheus binary
+# (localhost/kbroker-prometheus) and the kbroker image itself (localhost/kbroker) from ./Dockerfile.
 # Each step is skipped when its result is already there, and timed (seconds on stdout), so a second
 # run costs almost nothing. Usage: deploy/container/prepare.sh [STATE_DIR]  (default /var/tmp/kbroker-compose-test)
 # It writes `export ...` lines for the variables the compose run needs into STATE_DIR/env.sh.
@@ -21,7 +22,7 @@ step() {  # step NAME COMMAND...: runs COMMAND and prints how long it took
     t0=$(date +%s.%N)
     "$@"
     t1=$(date +%s.%N)
-    printf 'prepare: %-14s %6.1f s\n' "$name" "$(echo "$t1 - $t0" | bc)"
+    printf 'prepare: %-17s %6.1f s\n' "$name" "$(echo "$t1 - $t0" | bc)"
 }
 
 need_root() {
@@ -30,7 +31,7 @@ need_root() {
 
 apt_packages() {
     missing=""
-    for p in podman netavark aardvark-dns iptables runc catatonit mmdebstrap etcd-server kcat bc; do
+    for p in podman netavark aardvark-dns iptables runc catatonit mmdebstrap etcd-server prometheus kcat bc; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
     done
     [ -z "$missing" ] && return 0
@@ -85,6 +86,21 @@ etcd_image() {
     rm -rf "$ctx"
 }
 
+prometheus_image() {
+    # Stands in for prom/prometheus in the monitoring profile: Debian's binary, the same entrypoint.
+    image_exists localhost/kbroker-prometheus && return 0
+    ctx="$STATE/prometheus-context"
+    rm -rf "$ctx"; mkdir -p "$ctx"
+    cp "$(command -v prometheus)" "$ctx/prometheus"
+    printf '%s\n' 'FROM localhost/kbroker-base' 'COPY prometheus /bin/prometheus' \
+        'RUN mkdir -p /prometheus /etc/prometheus' 'WORKDIR /prometheus' 'ENTRYPOINT ["/bin/prometheus"]' \
+        'CMD ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prometheus"]' \
+        > "$ctx/Containerfile"
+    CONTAINERS_CONF="$STATE/containers.conf" podman build -q --format docker --network none \
+        -t localhost/kbroker-prometheus -f "$ctx/Containerfile" "$ctx" >/dev/null
+    rm -rf "$ctx"
+}
+
 kbroker_image() {
     old=$(CONTAINERS_CONF="$STATE/containers.conf" podman image inspect -f '{{.Id}}' localhost/kbroker 2>/dev/null || true)
     # Host networking for the build: pip reaches PyPI the way the host does (no bridge here).
@@ -100,13 +116,14 @@ kbroker_image() {
 
 need_root
 T0=$(date +%s.%N)
-for s in ${STEPS:-apt-packages pip-packages engine-conf base-image etcd-image kbroker-image}; do
+for s in ${STEPS:-apt-packages pip-packages engine-conf base-image etcd-image prometheus-image kbroker-image}; do
     step "$s" "$(echo "$s" | tr - _)"
 done
-printf 'prepare: %-14s %6.1f s\n' total "$(echo "$(date +%s.%N) - $T0" | bc)"
+printf 'prepare: %-17s %6.1f s\n' total "$(echo "$(date +%s.%N) - $T0" | bc)"
 cat > "$STATE/env.sh" <<ENV
 export CONTAINERS_CONF=$STATE/containers.conf
 export BASE_IMAGE=localhost/kbroker-base
 export ETCD_IMAGE=localhost/kbroker-etcd
 export BROKER_IMAGE=localhost/kbroker
+export PROMETHEUS_IMAGE=localhost/kbroker-prometheus
 ENV

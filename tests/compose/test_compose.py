@@ -2,13 +2,17 @@
 
 Slow (``make test-all`` / ``make compose-test``), root only. deploy/container/prepare.sh installs the
 engine from Debian packages and builds the images (timed; the numbers are printed); then the project's
-compose file runs with docker-compose.hostnet.yml so every container stays on loopback. Stock clients
-(confluent-kafka and kcat) work against localhost:19092; a killed broker container leaves the
+compose file runs with docker-compose.hostnet.yml so every container stays on loopback. The
+monitoring profile's Prometheus (an image of Debian's binary) scrapes the three brokers; stock clients
+(confluent-kafka and kcat) work against localhost:19092, including a transactional
+consume-transform-produce of 10,000 records read back read_committed (once cross-broker
+transactions work: TXN_ACROSS_BROKERS); a killed broker container leaves the
 partitions it did not lead usable; `down` then `up` keeps the data (volumes); everything created
 (containers, volumes, networks) is removed at the end, the images stay cached.
 
 Replication is not in kbroker yet (ISR = [leader]), so the cluster runs with REPLICATION_FACTOR=1 and
 MIN_INSYNC_REPLICAS=1 and the topics have RF=1; the RF=3 / ISR-rejoin steps of issue 16 come with it.
+Grafana has no image here: the profile's grafana service is only checked by test_compose_config.py.
 """
 
 from __future__ import annotations
@@ -30,6 +34,15 @@ STATE = Path(os.environ.get("KBROKERTEST_COMPOSE_STATE", "/var/tmp/kbroker-compo
 PROJECT = f"kbroker-ctest-{uuid.uuid4().hex[:6]}"
 BROKERS = {1: "localhost:19092", 2: "localhost:29092", 3: "localhost:39092"}
 RECORDS = 300
+TXN_RECORDS = 10_000
+# Transactions whose coordinators and partitions sit on different brokers do not work in cluster mode
+# yet (issue 15, "Coordinators across the cluster"; the same failure without containers, through
+# `kbroker cluster up`): librdkafka's transactional produce times out on a partition led by another
+# broker than the transaction coordinator, and TxnOffsetCommit answers INVALID_PRODUCER_ID_MAPPING.
+# Turn this on with that issue.
+TXN_ACROSS_BROKERS = False
+COMPOSE = [str(REPO_ROOT / "deploy/container/compose.sh"), "-p", PROJECT, "-f", "docker-compose.yml",
+           "-f", "docker-compose.hostnet.yml"]
 
 
 def _container(node: int) -> str:
@@ -55,8 +68,7 @@ def engine_env() -> dict[str, str]:
 
 
 def _compose(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    cmd = [str(REPO_ROOT / "deploy/container/compose.sh"), "-p", PROJECT, "-f", "docker-compose.yml",
-           "-f", "docker-compose.hostnet.yml", *args]
+    cmd = [*COMPOSE, *args]
     out = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     assert out.returncode == 0, f"{cmd}\n{out.stdout}\n{out.stderr}"
     return out
@@ -88,6 +100,25 @@ def _wait_healthy(env: dict[str, str], nodes: list[int], deadline_s: float = 240
                             for n in pending))
             time.sleep(1)
     return time.monotonic() - t0
+
+
+def _restart_until_healthy(env: dict[str, str], node: int, deadline_s: float = 180) -> None:
+    """Starts a killed broker's container again until it is healthy.
+
+    A broker restarted before the etcd lease of its killed self expires (broker.session.timeout.ms,
+    9 s) refuses to start ("node.id N is already registered by a live broker") and exits; Kafka's
+    broker would retry its registration instead. So the container is started again (and the restart
+    policy may do it too) until the old lease is gone and the broker serves."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < deadline_s:
+        state = _podman(env, "inspect", "-f", "{{.State.Status}}", _container(node)).stdout.strip()
+        if state in ("exited", "stopped", "created"):
+            _podman(env, "start", _container(node), check=False)
+        elif _podman(env, "healthcheck", "run", _container(node), check=False).returncode == 0:
+            return
+        time.sleep(1)
+    pytest.fail(f"broker {node} did not come back\n"
+                + _podman(env, "logs", "--tail", "30", _container(node), check=False).stderr)
 
 
 def _create_topic(name: str, partitions: int) -> None:
@@ -160,6 +191,57 @@ def _kcat(*args: str, stdin: str | None = None) -> str:
     return out.stdout
 
 
+def _wait_prometheus_targets(deadline_s: float = 120) -> list[str]:
+    """Prometheus (monitoring profile) scrapes every broker's metrics endpoint: the `up` targets."""
+    import json
+    import urllib.request
+
+    t0 = time.monotonic()
+    healthy: list[str] = []
+    while time.monotonic() - t0 < deadline_s:
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:9090/api/v1/targets", timeout=5) as resp:
+                targets = json.load(resp)["data"]["activeTargets"]
+            healthy = sorted(t["scrapeUrl"] for t in targets if t["health"] == "up")
+            if len(healthy) == 3:
+                return healthy
+        except OSError:
+            pass
+        time.sleep(1)
+    return healthy
+
+
+def _transactional_copy(source: str, sink: str, count: int) -> None:
+    """Consume-transform-produce in transactions of 1,000: read_committed in, upper-cased out, the
+    consumer offsets committed inside each transaction (send_offsets_to_transaction)."""
+    from confluent_kafka import Consumer, Producer
+
+    consumer = Consumer({"bootstrap.servers": BROKERS[1], "group.id": f"ctp-{uuid.uuid4().hex[:8]}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "isolation.level": "read_committed"})
+    producer = Producer({"bootstrap.servers": BROKERS[1], "transactional.id": f"ctp-{uuid.uuid4().hex[:8]}",
+                         "transaction.timeout.ms": 60000})
+    producer.init_transactions(60)
+    consumer.subscribe([source])
+    done = 0
+    deadline = time.monotonic() + 300
+    try:
+        while done < count and time.monotonic() < deadline:
+            batch = [m for m in consumer.consume(1000, timeout=2.0) if m.error() is None]
+            if not batch:
+                continue
+            producer.begin_transaction()
+            for msg in batch:
+                producer.produce(sink, key=msg.key(), value=msg.value().upper())
+            producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                                 consumer.consumer_group_metadata(), 60)
+            producer.commit_transaction(60)
+            done += len(batch)
+    finally:
+        consumer.close()
+    assert done == count
+
+
 def test_compose_cluster(engine_env: dict[str, str]) -> None:
     env = engine_env
     topic, kcat_topic = "compose-orders", "compose-kcat"
@@ -169,6 +251,10 @@ def test_compose_cluster(engine_env: dict[str, str]) -> None:
         _compose(env, "up", "-d")
         timings["up"] = time.monotonic() - t0
         timings["healthy"] = _wait_healthy(env, [1, 2, 3])
+
+        # The monitoring profile's Prometheus (Debian's binary standing in for prom/prometheus).
+        _compose(env, "--profile", "monitoring", "up", "-d", "prometheus")
+        assert len(_wait_prometheus_targets()) == 3
 
         # Stock clients against localhost:19092: every broker advertises its own host port.
         listing = _kcat("-L")
@@ -184,6 +270,19 @@ def test_compose_cluster(engine_env: dict[str, str]) -> None:
         got = _kcat("-C", "-t", kcat_topic, "-o", "beginning", "-e", "-q").split()
         assert got == [f"line{i}" for i in range(50)]
 
+        # A transactional consume-transform-produce of 10,000 records, read back read_committed.
+        if TXN_ACROSS_BROKERS:
+            _create_topic("ctp-in", 3)
+            _create_topic("ctp-out", 3)
+            _produce("ctp-in", TXN_RECORDS, prefix="t")
+            t0 = time.monotonic()
+            _transactional_copy("ctp-in", "ctp-out", TXN_RECORDS)
+            timings["txn copy"] = time.monotonic() - t0
+            out = _consume_all("ctp-out", TXN_RECORDS, counted="T")
+            assert sorted(out) == sorted(f"T{i}" for i in range(TXN_RECORDS))
+        else:
+            print("transactional consume-transform-produce: not run (TXN_ACROSS_BROKERS is off, issue 15)")
+
         # Kill one broker (not the bootstrap one): the partitions it did not lead carry on.
         leaders = _leaders(topic)
         _podman(env, "kill", _container(3))
@@ -192,12 +291,11 @@ def test_compose_cluster(engine_env: dict[str, str]) -> None:
         _produce(topic, 60, partitions=alive, prefix="after-kill-")
         values = _consume_all(topic, 60, partitions=alive, counted="after-kill-")
         assert sum(v.startswith("after-kill-") for v in values) == 60
-        _podman(env, "start", _container(3))
-        _wait_healthy(env, [3])
+        _restart_until_healthy(env, 3)
 
         # down + up: the named volumes keep every record (and the topic's metadata in etcd's volume).
         t0 = time.monotonic()
-        _compose(env, "down")
+        _compose(env, "--profile", "monitoring", "down")
         timings["down"] = time.monotonic() - t0
         _compose(env, "up", "-d")
         _wait_healthy(env, [1, 2, 3])
@@ -208,8 +306,7 @@ def test_compose_cluster(engine_env: dict[str, str]) -> None:
             f"line{i}" for i in range(50)]
     finally:
         t0 = time.monotonic()
-        subprocess.run([str(REPO_ROOT / "deploy/container/compose.sh"), "-p", PROJECT, "-f", "docker-compose.yml",
-                        "-f", "docker-compose.hostnet.yml", "down", "-v"], cwd=REPO_ROOT, env=env,
+        subprocess.run([*COMPOSE, "--profile", "monitoring", "down", "-v"], cwd=REPO_ROOT, env=env,
                        capture_output=True, timeout=300)
         timings["down -v"] = time.monotonic() - t0
         print("compose timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
