@@ -102,16 +102,16 @@ prometheus_image() {
 }
 
 kbroker_image() {
-    old=$(CONTAINERS_CONF="$STATE/containers.conf" podman image inspect -f '{{.Id}}' localhost/kbroker 2>/dev/null || true)
     # Host networking for the build: pip reaches PyPI the way the host does (no bridge here).
-    # The docker format keeps the Dockerfile's HEALTHCHECK (OCI images have none).
-    CONTAINERS_CONF="$STATE/containers.conf" podman build -q --format docker --network host \
-        --build-arg BASE_IMAGE=localhost/kbroker-base -t localhost/kbroker -f "$ROOT/Dockerfile" "$ROOT" >/dev/null
-    new=$(CONTAINERS_CONF="$STATE/containers.conf" podman image inspect -f '{{.Id}}' localhost/kbroker)
-    # The image a source change replaced (the cached dependency layers stay).
-    if [ -n "$old" ] && [ "$old" != "$new" ]; then
-        CONTAINERS_CONF="$STATE/containers.conf" podman rmi "$old" >/dev/null 2>&1 || true
-    fi
+    # The docker format keeps the Dockerfile's HEALTHCHECK (OCI images have none). The build stage
+    # is tagged too (localhost/kbroker-build) so that its cached dependency layer survives the prune
+    # of what a source change replaced (the previous images, now untagged).
+    for target in build ""; do
+        CONTAINERS_CONF="$STATE/containers.conf" podman build -q --format docker --network host \
+            --build-arg BASE_IMAGE=localhost/kbroker-base ${target:+--target "$target"} \
+            -t "localhost/kbroker${target:+-$target}" -f "$ROOT/Dockerfile" "$ROOT" >/dev/null
+    done
+    CONTAINERS_CONF="$STATE/containers.conf" podman image prune -f >/dev/null
 }
 
 need_root
