@@ -354,7 +354,8 @@ class KBrokerStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         super().__init__(options, schema)
-        # Built once per query run, on the driver: the 2pc mode recovers the previous run here.
+        # On the driver before every micro-batch (for its tasks) and in the commit runner: the 2pc
+        # mode recovers what a crashed run left open in the former.
         self.twopc = None
         if _mode(self.opt("exactlyOnce.mode")) == "2pc" and self.exactly_once:
             from . import sink_2pc

@@ -11,7 +11,7 @@ Roles (docs/spark.md, "Batch-atomic mode" has the whole story):
   (``completeTransaction``), then moves the gate (below). Spark writes ``commits/<b>`` only after
   this returns, so the decision file closes the window between the two: a batch whose decision
   exists is committed, whatever Spark's commit log says yet.
-* **The driver at query start** (the writer is built once per run, on the driver) recovers:
+* **The driver before every batch** (Spark builds the writer for the tasks then) recovers:
   every open transaction of this query (ListTransactions, by id prefix) belongs to a batch that is
   either decided or in Spark's commit log, and is committed, or else is aborted (Spark replays
   that batch). A decided batch that Spark's log does not have yet is replayed by Spark with
@@ -207,8 +207,8 @@ def _in_commit_runner() -> bool:
 
 
 def setup(writer: KBrokerStreamWriter) -> TwoPc:
-    """On the driver, when Spark builds the writer for the tasks (before any task of the run's
-    next batch): recover what earlier runs left open, open the gate. In the commit runner: only
+    """On the driver, when Spark builds the writer for the tasks (before every micro-batch):
+    recover what earlier runs left open, open the gate if none is. In the commit runner: only
     the names."""
     ck = checkpoint_dir(writer.options)
     scope = query_id(ck) + (f".{writer.sink_name}" if writer.sink_name else "")
@@ -235,7 +235,9 @@ async def _recover(state: TwoPc, ck: Path) -> RecoveryPlan:
     await asyncio.gather(*(_complete(state, tid, s, strict=False) for tid, s in plan.commit.items()),
                          *(_abort(state, tid) for tid in plan.abort))
     forget_decisions(ck, plan.forget)
-    await _move_gate(state)
+    # Spark builds the writer before every batch: the gate the last commit opened stays.
+    if plan.commit or plan.abort or state.gate_tid not in open_tids:
+        await _move_gate(state)
     return plan
 
 
