@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from cluster.metadata_store import (  # noqa: F401 - re-exported: the interface moved to cluster/
     INTERNAL_TOPICS,
@@ -144,11 +144,16 @@ class LocalMetadataStore(MetadataStore):
         loop); the caller applies the change only once this returned, so nothing is visible
         that a crash could take back. Callers hold ``self._lock`` (inside ``_serialised``):
         writes land in order, one at a time."""
-        data = self._document(topics, broker_configs, features)
         delay = _write_delay()
         hook = {"before_rename": delay} if delay is not None else {}
+        await self._write_file(self.path, self._document(topics, broker_configs, features), "cluster metadata",
+                               **hook)
+
+    async def _write_file(self, path: Path, data: bytes, what: str, **hook: Any) -> None:
+        """Atomic write of one of the store's files in an executor (its fsyncs stay off the loop),
+        by a change holding ``self._lock``; a failure answers KAFKA_STORAGE_ERROR."""
         write = asyncio.get_running_loop().run_in_executor(
-            None, functools.partial(atomic_write_bytes, self.path, data, **hook))
+            None, functools.partial(atomic_write_bytes, path, data, **hook))
         try:
             await asyncio.shield(write)
         except asyncio.CancelledError:
@@ -159,8 +164,8 @@ class LocalMetadataStore(MetadataStore):
                 write.exception()  # retrieved: the cancellation is what the caller sees
             raise
         except OSError as e:
-            log.error("cannot write %s: %s", self.path, e)
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot write cluster metadata: {e}") from e
+            log.error("cannot write %s: %s", path, e)
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot write {what}: {e}") from e
 
     def brokers(self) -> list[BrokerInfo]:
         return [self.node]
@@ -246,16 +251,7 @@ class LocalMetadataStore(MetadataStore):
             gone = set(deletions)
             acls = tuple(dict.fromkeys([*(b for b in self._acls if b not in gone), *creations]))
             data = json.dumps({"version": 1, "acls": [b.to_json() for b in acls]}, indent=1).encode()
-            write = asyncio.get_running_loop().run_in_executor(
-                None, functools.partial(atomic_write_bytes, self._acl_path, data))
-            try:
-                await asyncio.shield(write)
-            except asyncio.CancelledError:
-                await asyncio.wait([write])  # never two writes of the same .tmp file
-                raise
-            except OSError as e:
-                log.error("cannot write %s: %s", self._acl_path, e)
-                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot write ACLs: {e}") from e
+            await self._write_file(self._acl_path, data, "ACLs")
             self._acls = acls
 
         await self._serialised(change)
@@ -292,16 +288,7 @@ class LocalMetadataStore(MetadataStore):
                                       upserts: list[tuple[str, str, scram.ScramCredential]]) -> None:
         async def change() -> None:
             creds = scram.applied(self._scram, deletions, upserts)
-            write = asyncio.get_running_loop().run_in_executor(
-                None, functools.partial(atomic_write_bytes, self._scram_path, scram.encode(creds)))
-            try:
-                await asyncio.shield(write)
-            except asyncio.CancelledError:
-                await asyncio.wait([write])  # never two writes of the same .tmp file
-                raise
-            except OSError as e:
-                log.error("cannot write %s: %s", self._scram_path, e)
-                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot write SCRAM credentials: {e}") from e
+            await self._write_file(self._scram_path, scram.encode(creds), "SCRAM credentials")
             self._scram = creds
 
         await self._serialised(change)
@@ -311,16 +298,7 @@ class LocalMetadataStore(MetadataStore):
 
     async def alter_client_quotas(self, quotas: client_quotas.Quotas) -> None:
         async def change() -> None:
-            write = asyncio.get_running_loop().run_in_executor(
-                None, functools.partial(atomic_write_bytes, self._quota_path, client_quotas.encode(quotas)))
-            try:
-                await asyncio.shield(write)
-            except asyncio.CancelledError:
-                await asyncio.wait([write])  # never two writes of the same .tmp file
-                raise
-            except OSError as e:
-                log.error("cannot write %s: %s", self._quota_path, e)
-                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot write client quotas: {e}") from e
+            await self._write_file(self._quota_path, client_quotas.encode(quotas), "client quotas")
             self._quotas = quotas
 
         await self._serialised(change)
