@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,8 +169,9 @@ class TwoPhaseProducer:
                         if r.ongoing_txn_producer_id >= 0 else None)
         return self.ongoing
 
-    async def send(self, topic: str, partition: int, records: list[tuple[bytes | None, bytes | None]]) -> int:
-        """Write ``records`` (key, value) to one partition inside the transaction; the base offset."""
+    async def send(self, topic: str, partition: int, records: Sequence[tuple[Any, ...]]) -> int:
+        """Write ``records`` — (key, value) or (key, value, headers) — to one partition inside the
+        transaction, as one batch; the base offset."""
         if self.producer_id < 0:
             raise RuntimeError("start() first")
         tp = (topic, partition)
@@ -191,8 +193,8 @@ class TwoPhaseProducer:
                                             producer_id=self.producer_id, producer_epoch=self.epoch,
                                             base_sequence=seq, batch_size=1 << 30)
         now = int(time.time() * 1000)
-        for i, (key, value) in enumerate(records):
-            builder.append(i, timestamp=now, key=key, value=value, headers=[])
+        for i, rec in enumerate(records):
+            builder.append(i, timestamp=now, key=rec[0], value=rec[1], headers=rec[2] if len(rec) > 2 else [])
         batch = bytes(builder.build())
         P = ProduceRequest.TopicProduceData
         req = ProduceRequest(version=9, transactional_id=self.transactional_id, acks=-1, timeout_ms=30000,

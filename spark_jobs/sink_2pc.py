@@ -278,7 +278,7 @@ async def _move_gate(state: TwoPc) -> None:
     async with SinkProducer(state.bootstrap, state.gate_tid) as p:
         await p.start(enable_2pc=False, transaction_timeout_ms=state.gate_timeout_ms)
         n = await p.partition_count(state.gate_topic)
-        await asyncio.gather(*(p.send_records(state.gate_topic, i, [(GATE_KEY, b"", [("kbroker.gate", b"1")])])
+        await asyncio.gather(*(p.send(state.gate_topic, i, [(GATE_KEY, b"", [("kbroker.gate", b"1")])])
                                for i in range(n)))
 
 
@@ -380,7 +380,7 @@ async def _write(writer: KBrokerStreamWriter, state: TwoPc, tid: str, batches: I
             records = pending.pop(tp, None)
             size.pop(tp, None)
             if records:
-                await p.send_records(tp[0], tp[1], records)
+                await p.send(tp[0], tp[1], records)
                 if sticky.get(tp[0]) == tp[1]:
                     sticky[tp[0]] = (tp[1] + 1) % counts[tp[0]]
 

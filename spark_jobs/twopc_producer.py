@@ -1,7 +1,6 @@
 """The Spark 2pc sink's producer: protocol/two_phase.py's TwoPhaseProducer plus what a sink needs.
 
-Adds to TwoPhaseProducer: records with headers, several records per Produce request to a partition
-(``send_records``), cached partition leaders and partition counts (Metadata once per topic, not once
+Adds to TwoPhaseProducer: cached partition leaders and partition counts (Metadata once per topic, not once
 per request), Java's murmur2 partitioner for keyed records, InitProducerId without ``enable2Pc`` for
 the gate transaction (an ordinary transaction the coordinator aborts after its timeout), and
 ``list_open`` (ListTransactions on every broker) so a restarted driver finds what it left open.
@@ -16,8 +15,7 @@ from typing import Any
 from kafka.partitioner.default import murmur2
 from kafka.protocol.admin import ListTransactionsRequest
 from kafka.protocol.metadata import MetadataRequest
-from kafka.protocol.producer import AddPartitionsToTxnRequest, InitProducerIdRequest, ProduceRequest
-from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka.protocol.producer import InitProducerIdRequest
 
 from protocol.errors import ErrorCode
 from protocol.two_phase import PreparedTxnState, TwoPhaseError, TwoPhaseProducer
@@ -91,41 +89,6 @@ class SinkProducer(TwoPhaseProducer):
         self._added.clear()
         self._sequences.clear()
         return None
-
-    async def send_records(self, topic: str, partition: int, records: list[Record]) -> int:
-        """TwoPhaseProducer.send with headers: ``records`` in one batch to one partition."""
-        if self.producer_id < 0:
-            raise RuntimeError("start() first")
-        tp = (topic, partition)
-        if tp not in self._added:
-            async def add() -> tuple[int, None]:
-                c = await self._coord()
-                R = AddPartitionsToTxnRequest
-                resp = await c.request(R(
-                    version=3, v3_and_below_transactional_id=self.transactional_id,
-                    v3_and_below_producer_id=self.producer_id, v3_and_below_producer_epoch=self.epoch,
-                    v3_and_below_topics=[R.AddPartitionsToTxnTopic(version=3, name=topic, partitions=[partition])]), 3)
-                codes = [p.partition_error_code for t in resp.results_by_topic_v3_and_below
-                         for p in t.results_by_partition]
-                return max(codes, key=lambda code: code != 0), None
-            await self._retrying(f"AddPartitionsToTxn {topic}-{partition}", add)
-            self._added.add(tp)
-        seq = self._sequences.get(tp, 0)
-        builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=True,
-                                            producer_id=self.producer_id, producer_epoch=self.epoch,
-                                            base_sequence=seq, batch_size=1 << 30)
-        now = int(time.time() * 1000)
-        for i, (key, value, headers) in enumerate(records):
-            builder.append(i, timestamp=now, key=key, value=value, headers=headers)
-        P = ProduceRequest.TopicProduceData
-        req = ProduceRequest(version=9, transactional_id=self.transactional_id, acks=-1, timeout_ms=30000,
-                             topic_data=[P(version=9, name=topic, partition_data=[
-                                 P.PartitionProduceData(version=9, index=partition, records=bytes(builder.build()))])])
-        part = (await (await self._leader(topic, partition)).request(req, 9)).responses[0].partition_responses[0]
-        if part.error_code:
-            raise TwoPhaseError(f"Produce {topic}-{partition}", part.error_code)
-        self._sequences[tp] = seq + len(records)
-        return part.base_offset
 
     async def list_open(self, prefix: str) -> list[str]:
         """Transactional ids starting with ``prefix`` whose transaction is open, on every broker."""
