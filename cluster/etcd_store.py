@@ -473,8 +473,8 @@ class EtcdMetadataStore(MetadataStore):
 
 
 def _delay_after_create() -> float | None:
-    """Test-only: ``KBROKER_DELAY_POINT=etcd_store.after_create:<ms>`` holds every topic creation
+    """Test-only: ``KBROKERTEST_DELAY_POINT=etcd_store.after_create:<ms>`` holds every topic creation
     between its etcd write and its wait for the watch, so a request cancelled (client gone) after
     the write is testable deterministically."""
-    name, _, ms = os.environ.get("KBROKER_DELAY_POINT", "").rpartition(":")
+    name, _, ms = os.environ.get("KBROKERTEST_DELAY_POINT", "").rpartition(":")
     return int(ms) / 1000 if name == "etcd_store.after_create" and ms.isdigit() else None

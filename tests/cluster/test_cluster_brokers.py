@@ -244,7 +244,7 @@ def test_coordinator_loads_although_its_find_coordinator_was_cancelled(etcd: Etc
     loads its coordinator. Node 1 must load it anyway, since every broker now answers node 1 as
     the coordinator: a consumer bootstrapped on nodes 2 and 3 joins its group on node 1."""
     c = BrokerCluster(etcd, tmp_path, 3)
-    c.brokers[1].env["KBROKER_DELAY_POINT"] = "etcd_store.after_create:1500"
+    c.brokers[1].env["KBROKERTEST_DELAY_POINT"] = "etcd_store.after_create:1500"
     try:
         c.start()
         b1, b2 = c.brokers[1], c.brokers[2]
