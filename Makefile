@@ -84,7 +84,10 @@ spark-cluster-demo: install-test
 compose-up:
 	deploy/container/compose.sh $(COMPOSE_ARGS) up -d
 
+# Brokers first: podman-compose stops every service at once, and a broker that outlives etcd cannot
+# revoke its lease (the next start would wait for it to expire).
 compose-down:
+	deploy/container/compose.sh $(COMPOSE_ARGS) stop kbroker-1 kbroker-2 kbroker-3
 	deploy/container/compose.sh $(COMPOSE_ARGS) down
 
 # As root on a machine with no image registry: installs podman & co from Debian, builds the images
