@@ -35,7 +35,7 @@ from cluster.metadata_store import (  # noqa: F401 - re-exported: the interface 
 from protocol.errors import ErrorCode, KafkaError
 from security import quotas as client_quotas
 from security import scram_credentials as scram
-from security.authorizer import AclBinding
+from security.authorizer import AclBinding, acls_applied, decode_acls, encode_acls
 from storage.checkpoints import atomic_write_bytes
 
 log = logging.getLogger("broker.metadata")
@@ -248,10 +248,8 @@ class LocalMetadataStore(MetadataStore):
 
     async def alter_acls(self, creations: list[AclBinding], deletions: list[AclBinding]) -> None:
         async def change() -> None:
-            gone = set(deletions)
-            acls = tuple(dict.fromkeys([*(b for b in self._acls if b not in gone), *creations]))
-            data = json.dumps({"version": 1, "acls": [b.to_json() for b in acls]}, indent=1).encode()
-            await self._write_file(self._acl_path, data, "ACLs")
+            acls = acls_applied(self._acls, creations, deletions)
+            await self._write_file(self._acl_path, encode_acls(acls), "ACLs")
             self._acls = acls
 
         await self._serialised(change)
@@ -336,9 +334,7 @@ ACL_FILE_NAME = "kbroker-acls.json"
 
 
 def _read_acls(path: Path) -> tuple[AclBinding, ...]:
-    if not path.exists():
-        return ()
-    return tuple(AclBinding.from_json(d) for d in json.loads(path.read_text()).get("acls", []))
+    return decode_acls(path.read_bytes()) if path.exists() else ()
 
 
 def _new_cluster_id() -> str:

@@ -13,6 +13,7 @@ Everything lives under ``/kbroker/``::
     /kbroker/<cluster id>/features          finalized feature levels and their epoch
     /kbroker/<cluster id>/scram_credentials SCRAM credentials (salted and hashed), security/scram_credentials.py
     /kbroker/<cluster id>/client_quotas     client quotas (AlterClientQuotas), security/quotas.py
+    /kbroker/<cluster id>/acls              ACLs (CreateAcls/DeleteAcls), security/authorizer.py
 
 Topic names cannot hold ``/`` (Kafka allows only ``[a-zA-Z0-9._-]``), so a topic's partitions prefix
 ``partitions/<topic>/`` never matches another topic. Values are defined in ``cluster.records``.
@@ -106,6 +107,10 @@ class KeyLayout:
     @property
     def client_quotas(self) -> bytes:
         return self._k("client_quotas")
+
+    @property
+    def acls(self) -> bytes:
+        return self._k("acls")
 
 
 async def get_or_create_cluster_id(client: aetcd.Client, root: str = ROOT, candidate: str | None = None) -> str:

@@ -37,6 +37,7 @@ from aetcd.utils import prefix_range_end
 from protocol.errors import ErrorCode, KafkaError
 from security import quotas as client_quotas
 from security import scram_credentials as scram
+from security.authorizer import AclBinding, acls_applied, decode_acls, encode_acls
 
 from .etcd_keys import KeyLayout
 from .etcd_session import TRANSIENT_ERRORS, EtcdSession
@@ -86,6 +87,8 @@ class EtcdMetadataStore(MetadataStore):
         self._scram_rev = 0  # mod revision of the credentials key (0: never written)
         self._quotas: client_quotas.Quotas = {}
         self._quotas_rev = 0
+        self._acls: tuple[AclBinding, ...] = ()
+        self._acls_rev = 0
         self.revision = 0
         self._started = False
         self._watch_task: asyncio.Task[None] | None = None
@@ -214,6 +217,9 @@ class EtcdMetadataStore(MetadataStore):
             elif key == k.client_quotas:
                 self._quotas = client_quotas.decode(value) if put else {}
                 self._quotas_rev = mod_revision if put else 0
+            elif key == k.acls:
+                self._acls = decode_acls(value) if put else ()
+                self._acls_rev = mod_revision if put else 0
         except (ValueError, KeyError, TypeError) as e:
             log.error("ignoring unreadable etcd value of %r: %r", key, e)
 
@@ -450,6 +456,17 @@ class EtcdMetadataStore(MetadataStore):
                                [tx.put(self.keys.scram_credentials, doc)]):
             raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "SCRAM credentials changed meanwhile; retry")
         await self.wait_for(lambda: self._scram == creds, "SCRAM credentials")
+
+    def acls(self) -> tuple[AclBinding, ...]:
+        return self._acls
+
+    async def alter_acls(self, creations: list[AclBinding], deletions: list[AclBinding]) -> None:
+        tx = self.session.client.transactions
+        acls = acls_applied(self._acls, creations, deletions)
+        # Guarded by the revision this change was computed from: a concurrent change is not overwritten.
+        if not await self._txn([tx.mod(self.keys.acls) == self._acls_rev], [tx.put(self.keys.acls, encode_acls(acls))]):
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "ACLs changed meanwhile; retry")
+        await self.wait_for(lambda: self._acls == acls, "ACLs")
 
     def client_quotas(self) -> client_quotas.Quotas:
         return self._quotas

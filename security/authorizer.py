@@ -20,6 +20,7 @@ ResourcePatternFilter / AccessControlEntryFilter semantics. This module never im
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
@@ -161,6 +162,22 @@ def binding_error(b: AclBinding) -> str | None:
     if b.host is None or b.host == "":
         return "Invalid null host"
     return None
+
+
+def acls_applied(current: tuple[AclBinding, ...], creations: list[AclBinding],
+                 deletions: list[AclBinding]) -> tuple[AclBinding, ...]:
+    """The ACL set after one CreateAcls/DeleteAcls change: deletions removed, creations added once."""
+    gone = set(deletions)
+    return tuple(dict.fromkeys([*(b for b in current if b not in gone), *creations]))
+
+
+def encode_acls(acls: tuple[AclBinding, ...]) -> bytes:
+    """The stored form of an ACL set (a file on one node, an etcd value in a cluster)."""
+    return json.dumps({"version": 1, "acls": [b.to_json() for b in acls]}, indent=1).encode()
+
+
+def decode_acls(data: bytes) -> tuple[AclBinding, ...]:
+    return tuple(AclBinding.from_json(d) for d in json.loads(data).get("acls", []))
 
 
 @dataclass(frozen=True, slots=True)
