@@ -28,15 +28,15 @@ install-test: $(TEST_STAMP) tools
 # Client tools used by the compatibility tests: kcat (Debian) and kafkajs (npm); etcd (Debian etcd-server) for tests/cluster/;
 # promtool (Debian prometheus) for tests/integration/test_metrics.py.
 tools:
-	@command -v kcat >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && apt-get install -y -qq kcat) >/dev/null; \
-	  else echo "note: kcat not installed (apt-get install kcat); its tests skip locally and fail under CI"; fi; }
-	@command -v etcd >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && apt-get install -y -qq etcd-server) >/dev/null; \
-	  else echo "note: etcd not installed (apt-get install etcd-server); the cluster tests skip locally and fail under CI"; fi; }
-	@command -v promtool >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && apt-get install -y -qq prometheus) >/dev/null; \
-	  else echo "note: promtool not installed (apt-get install prometheus); the metrics lint test skips locally and fails under CI"; fi; }
+	@missing=""; \
+	  command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
+	  command -v etcd >/dev/null 2>&1 || missing="$$missing etcd-server"; \
+	  command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	  if [ -n "$$missing" ]; then \
+	    if [ "$$(id -u)" = 0 ]; then echo "installing Debian packages:$$missing"; \
+	      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing) >/dev/null; \
+	    else echo "note: missing Debian packages:$$missing (apt-get install$$missing); the tests that need them skip locally and fail under CI"; fi; \
+	  fi
 	@if command -v npm >/dev/null 2>&1 && [ -f $(JS_DIR)/package-lock.json ] && [ ! -d $(JS_DIR)/node_modules ]; then \
 	  cd $(JS_DIR) && npm ci --silent --no-audit --no-fund; fi
 
