@@ -283,9 +283,14 @@ def walk_records(data: bytes | bytearray | memoryview, pos: int, end: int, count
             if size < 0 or stop > end:
                 raise InvalidRecordError(f"Invalid record size: expected {size} bytes in record payload, but "
                                          f"instead the buffer has only {end - pos} remaining bytes.")
-            # attributes (1 byte, unused in v2), then the timestamp delta (varlong): only its extent matters
+            # attributes (1 byte, unused in v2), then the timestamp delta (varlong): only its extent
+            # matters. Deltas of a batch built over a linger of milliseconds take 2-3 bytes: inline.
             if data[pos + 1] < 0x80:
                 pos += 2
+            elif data[pos + 2] < 0x80:
+                pos += 3
+            elif data[pos + 3] < 0x80:
+                pos += 4
             else:
                 _, pos = _varint(data, pos + 1, stop, 10)
             b = data[pos]  # offset delta: must be the record's index

@@ -79,6 +79,17 @@ def test_hand_encoded_records_with_large_varints_pass():
     check(wrap(recs, 130))
 
 
+@pytest.mark.parametrize("ts_delta", [0, 63, 64, 8191, 8192, 1 << 20, 1 << 21, -(1 << 40)])
+def test_timestamp_deltas_of_every_varint_width_pass_and_a_cut_one_fails(ts_delta):
+    """1-, 2-, 3-byte timestamp deltas take an inline path, longer ones the general varint reader."""
+    recs = b"".join(record(i, None, b"v" * 100, ts_delta=ts_delta) for i in range(3))
+    check(wrap(recs, 3))
+    cut = record(0, None, b"v", ts_delta=ts_delta)
+    body = cut[1:2 + len(_zz(ts_delta)) - 1]  # attributes and a timestamp cut short, declared as the record
+    with pytest.raises(RV.InvalidRecordError):
+        check(wrap(_zz(len(body)) + body, 1))
+
+
 def test_corrupt_gzip_payload_with_recomputed_crc_is_corrupt_message():
     data = bytearray(B.build_batch([(b"k", b"value-%d" % i) for i in range(50)], compression=1))
     data[B.HEADER_SIZE + 20] ^= 0xFF  # inside the deflate stream
