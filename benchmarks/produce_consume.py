@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import random
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from lib_workloads import record_values  # noqa: E402  (benchmarks/ is the script directory)
 
 from tests.helpers.broker_proc import BrokerProcess  # noqa: E402
 
@@ -87,28 +87,6 @@ def cpu_delta(pid: int | None, before: float | None) -> float | None:
 def create_topic(bootstrap: str, topic: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
-
-
-def record_values(size: int, compression: str, count: int = 1024) -> list[bytes]:
-    """Values to cycle through. Without compression one random value (random bytes do not
-    compress). With a codec, ``count`` distinct JSON-like values (random ids and numbers between
-    repeated field names) that compress as a batch about 2x with lz4, 3.5x with zstd, like real event data: the
-    same value repeated would compress 200-2000x and make the broker's decompression look free."""
-    if compression == "none":
-        return [os.urandom(size)]
-    rnd = random.Random(size)
-    out = []
-    for _ in range(count):
-        parts: list[bytes] = []
-        n = 0
-        while n < size:
-            item = (b'{"id":"%016x","user":%d,"kind":"%s","path":"/catalog/%x","ms":%d},'
-                    % (rnd.getrandbits(64), rnd.randrange(10**6), rnd.choice((b"view", b"click", b"buy")),
-                       rnd.getrandbits(24), rnd.randrange(10**4)))
-            parts.append(item)
-            n += len(item)
-        out.append(b"".join(parts)[:size])
-    return out
 
 
 def produce(bootstrap: str, topic: str, n: int, size: int, idempotent: bool, pid: int | None,
