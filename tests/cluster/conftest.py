@@ -17,6 +17,7 @@ import pytest
 
 from cluster.etcd_keys import KeyLayout, get_or_create_cluster_id
 from cluster.etcd_session import EtcdSession
+from cluster.etcd_store import EtcdMetadataStore
 from tests.helpers.etcd_proc import ETCD_PACKAGE, EtcdProcess
 from tests.helpers.tools import require_tool
 
@@ -62,3 +63,20 @@ async def keys(sessions: SessionFactory) -> KeyLayout:
     """The key layout of the cluster whose id the first session created."""
     session = await sessions()
     return KeyLayout(await get_or_create_cluster_id(session.client))
+
+
+@pytest.fixture
+async def two_stores(sessions: SessionFactory) -> AsyncIterator[tuple[EtcdMetadataStore, EtcdMetadataStore]]:
+    """The EtcdMetadataStores of two brokers (node ids 1 and 2) of one cluster, stopped at teardown."""
+    stores: list[EtcdMetadataStore] = []
+    try:
+        for node_id in (1, 2):
+            session = await sessions()
+            store = EtcdMetadataStore(session, KeyLayout(await get_or_create_cluster_id(session.client)), node_id)
+            await store.start()
+            stores.append(store)
+        yield stores[0], stores[1]
+    finally:
+        for store in stores:
+            with contextlib.suppress(Exception):
+                await store.stop()

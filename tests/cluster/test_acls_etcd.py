@@ -3,10 +3,6 @@ and seen by every other broker's view (before, the etcd store could not hold ACL
 
 from __future__ import annotations
 
-import contextlib
-
-from cluster.etcd_keys import KeyLayout, get_or_create_cluster_id
-from cluster.etcd_store import EtcdMetadataStore
 from security.authorizer import AclBinding, AclOperation, PatternType, Permission, ResourceType
 from tests.cluster.support import wait_until
 
@@ -15,23 +11,12 @@ def _acl(name: str, op: AclOperation, permission: Permission = Permission.ALLOW)
     return AclBinding(ResourceType.TOPIC, name, PatternType.LITERAL, "User:alice", "*", op, permission)
 
 
-async def test_acls_written_on_one_broker_are_seen_by_another(sessions) -> None:
-    stores = []
-    try:
-        for node_id in (1, 2):
-            session = await sessions()
-            store = EtcdMetadataStore(session, KeyLayout(await get_or_create_cluster_id(session.client)), node_id)
-            await store.start()
-            stores.append(store)
-        a, b = stores
-        read, write = _acl("orders", AclOperation.READ), _acl("orders", AclOperation.WRITE)
-        await a.alter_acls([read, write, read], [])
-        assert a.acls() == (read, write)  # a binding created twice is kept once
-        await wait_until(lambda: b.acls() == (read, write), "ACLs in b's view")
-        deny = _acl("orders", AclOperation.WRITE, Permission.DENY)
-        await b.alter_acls([deny], [write])
-        await wait_until(lambda: a.acls() == (read, deny), "b's change in a's view")
-    finally:
-        for s in stores:
-            with contextlib.suppress(Exception):
-                await s.stop()
+async def test_acls_written_on_one_broker_are_seen_by_another(two_stores) -> None:
+    a, b = two_stores
+    read, write = _acl("orders", AclOperation.READ), _acl("orders", AclOperation.WRITE)
+    await a.alter_acls([read, write, read], [])
+    assert a.acls() == (read, write)  # a binding created twice is kept once
+    await wait_until(lambda: b.acls() == (read, write), "ACLs in b's view")
+    deny = _acl("orders", AclOperation.WRITE, Permission.DENY)
+    await b.alter_acls([deny], [write])
+    await wait_until(lambda: a.acls() == (read, deny), "b's change in a's view")

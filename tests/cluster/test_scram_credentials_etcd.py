@@ -3,34 +3,21 @@ other's view through the watch (every broker authenticates against the same cred
 
 from __future__ import annotations
 
-import contextlib
-
 from cluster.etcd_keys import KeyLayout, get_or_create_cluster_id
 from cluster.etcd_store import EtcdMetadataStore
 from security import scram_credentials as sc
 from tests.cluster.support import wait_until
 
 
-async def test_credentials_written_on_one_broker_are_seen_by_another(sessions) -> None:
-    stores = []
-    try:
-        for node_id in (1, 2):
-            session = await sessions()
-            store = EtcdMetadataStore(session, KeyLayout(await get_or_create_cluster_id(session.client)), node_id)
-            await store.start()
-            stores.append(store)
-        a, b = stores
-        alice = sc.from_password("SCRAM-SHA-512", "alice-secret")
-        bob = sc.from_password("SCRAM-SHA-256", "bob-secret", 8192)
-        await a.alter_scram_credentials([], [("alice", "SCRAM-SHA-512", alice), ("bob", "SCRAM-SHA-256", bob)])
-        assert a.scram_credentials() == {"alice": {"SCRAM-SHA-512": alice}, "bob": {"SCRAM-SHA-256": bob}}
-        await wait_until(lambda: b.scram_credentials() == a.scram_credentials(), "credentials in b's view")
-        await b.alter_scram_credentials([("bob", "SCRAM-SHA-256")], [])
-        await wait_until(lambda: a.scram_credentials() == {"alice": {"SCRAM-SHA-512": alice}}, "deletion in a")
-    finally:
-        for s in stores:
-            with contextlib.suppress(Exception):
-                await s.stop()
+async def test_credentials_written_on_one_broker_are_seen_by_another(two_stores) -> None:
+    a, b = two_stores
+    alice = sc.from_password("SCRAM-SHA-512", "alice-secret")
+    bob = sc.from_password("SCRAM-SHA-256", "bob-secret", 8192)
+    await a.alter_scram_credentials([], [("alice", "SCRAM-SHA-512", alice), ("bob", "SCRAM-SHA-256", bob)])
+    assert a.scram_credentials() == {"alice": {"SCRAM-SHA-512": alice}, "bob": {"SCRAM-SHA-256": bob}}
+    await wait_until(lambda: b.scram_credentials() == a.scram_credentials(), "credentials in b's view")
+    await b.alter_scram_credentials([("bob", "SCRAM-SHA-256")], [])
+    await wait_until(lambda: a.scram_credentials() == {"alice": {"SCRAM-SHA-512": alice}}, "deletion in a")
 
 
 async def test_users_bootstrap_writes_to_etcd_in_cluster_mode(etcd, sessions, tmp_path) -> None:
