@@ -29,7 +29,8 @@ def _user(principal: str) -> str:
     return principal.partition(":")[2] or principal
 
 
-def _replica(request: Any) -> int:
+def fetch_replica_id(request: Any) -> int:
+    """The replica id of a Fetch (top level before v15, in replica_state from v15): >= 0 for a follower."""
     state = getattr(request, "replica_state", None)
     return state.replica_id if state is not None else getattr(request, "replica_id", -1)
 
@@ -45,7 +46,7 @@ def apply(quotas: ClientQuotaManager, key: int, version: int, principal: str, cl
         if ms > 0 and response is not None:
             response.throttle_time_ms = ms
         return response, ms
-    if not quotas.enabled(CONSUMER_BYTE_RATE) or not isinstance(response, RawResponse) or _replica(request) >= 0:
+    if not quotas.enabled(CONSUMER_BYTE_RATE) or not isinstance(response, RawResponse) or fetch_replica_id(request) >= 0:
         return response, 0
     user, cid = _user(principal), client_id or ""
     ms = quotas.record(CONSUMER_BYTE_RATE, user, cid, response.size, now)
@@ -61,7 +62,7 @@ def apply(quotas: ClientQuotaManager, key: int, version: int, principal: str, cl
 def max_fetch_bytes(quotas: ClientQuotaManager, request: Any, principal: str, client_id: str | None) -> int:
     """A consumer's fetch returns at most what its quota allows in one window (Kafka's
     maxQuotaWindowBytes from getMaxValueInQuotaWindow), so one response is never throttled for sure."""
-    if not quotas.enabled(CONSUMER_BYTE_RATE) or _replica(request) >= 0:
+    if not quotas.enabled(CONSUMER_BYTE_RATE) or fetch_replica_id(request) >= 0:
         return request.max_bytes
     cap = quotas.max_value_in_window(CONSUMER_BYTE_RATE, _user(principal), client_id or "")
     return request.max_bytes if cap >= request.max_bytes else max(1, int(cap))

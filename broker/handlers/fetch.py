@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from broker.client_throttle import max_fetch_bytes
+from broker.client_throttle import fetch_replica_id, max_fetch_bytes
 from broker.handlers import AclOperation, RawResponse, RequestContext, ResourceType, api
 from broker.replica_manager import Partition
 from protocol.errors import ErrorCode
@@ -94,9 +94,7 @@ def _resolve(ctx: RequestContext, request) -> list[_Item]:
 
 
 def _may_read(ctx: RequestContext, request) -> Callable[[str], bool]:
-    state = getattr(request, "replica_state", None)
-    replica = state.replica_id if state is not None else getattr(request, "replica_id", -1)
-    if replica is not None and replica >= 0:
+    if fetch_replica_id(request) >= 0:
         follower_ok = ctx.authorize_cluster(AclOperation.CLUSTER_ACTION)
         return lambda _name: follower_ok
     return lambda name: ctx.authorize(AclOperation.READ, ResourceType.TOPIC, name)
@@ -173,9 +171,7 @@ async def handle_fetch(ctx: RequestContext, request) -> RawResponse:
 def _count_bytes_out(ctx: RequestContext, request, items: list[_Item], results: list[_Result]) -> None:
     """BytesOutPerSec: the record batches sent to consumers (Kafka counts a follower's fetches
     as replication bytes instead, which kbroker does not meter yet)."""
-    state = getattr(request, "replica_state", None)
-    replica = state.replica_id if state is not None else getattr(request, "replica_id", -1)
-    if replica is not None and replica >= 0:
+    if fetch_replica_id(request) >= 0:
         return
     stats = ctx.broker.replica_manager.topic_stats
     for it, r in zip(items, results, strict=True):
