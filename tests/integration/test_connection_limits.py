@@ -20,19 +20,11 @@ import time
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest
 
+from tests.helpers.waiting import wait_for
 from tests.helpers.wire import encode_request, parse_bootstrap, read_frame
 
 N_IDLE = 2000
 
-
-def _wait_for(cond, what: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 @pytest.fixture
@@ -78,7 +70,7 @@ def test_idle_connections_are_closed_after_connections_max_idle_ms(broker_factor
             read_frame(busy)
             return not open_socks
 
-        _wait_for(all_closed, f"{N_IDLE} idle connections to be closed", timeout=120)
+        wait_for(all_closed, f"{N_IDLE} idle connections to be closed", timeout=120)
         busy.sendall(encode_request(ApiVersionsRequest(version=0), 0, 2))
         assert read_frame(busy)
         busy.close()
@@ -126,7 +118,7 @@ def test_trickling_100mb_frame_costs_only_the_bytes_that_arrived(broker_factory)
         for _ in range(8):  # a few KB, one chunk at a time, each read by the broker before the next
             s.sendall(b"\0" * 512)
             sent += 512
-            _wait_for(lambda n=sent: any(r == n for _, r, _ in _traces(broker.log_text())),
+            wait_for(lambda n=sent: any(r == n for _, r, _ in _traces(broker.log_text())),
                       f"the broker to have read {sent} bytes")
         traces = _traces(broker.log_text())
         assert traces and all(total == size for _, _, total in traces)
@@ -149,11 +141,11 @@ def test_memory_pool_pauses_reading_instead_of_closing(broker_factory):
     big += b"\0" * (2 * 1024 * 1024 - len(big))  # ApiVersions v0 ignores trailing bytes
     with socket.create_connection(addr, timeout=30) as a, socket.create_connection(addr, timeout=30) as b:
         a.sendall(struct.pack(">i", len(big)) + big[:1000])
-        _wait_for(lambda: any(r == 1000 for _, r, _ in _traces(broker.log_text())), "the start of the big frame")
+        wait_for(lambda: any(r == 1000 for _, r, _ in _traces(broker.log_text())), "the start of the big frame")
         # b's first request is read (it completes in one read) and answered; then b pauses for memory.
         b.sendall(encode_request(ApiVersionsRequest(version=0), 0, 1))
         assert read_frame(b)
-        _wait_for(lambda: "reading paused, queued.max.request.bytes=1048576 reached" in broker.log_text(),
+        wait_for(lambda: "reading paused, queued.max.request.bytes=1048576 reached" in broker.log_text(),
                   "a connection to pause reading for memory")
         b.sendall(encode_request(ApiVersionsRequest(version=0), 0, 2))
         b.setblocking(False)

@@ -26,17 +26,8 @@ from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasR
 from kafka.protocol.metadata import ApiVersionsRequest
 
 from tests.helpers.broker_proc import REPO_ROOT, BrokerProcess, free_port
+from tests.helpers.waiting import wait_for
 from tests.helpers.wire import RawConnection, encode_request, parse_bootstrap, read_frame
-
-
-def _wait_for(cond, what: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def _api_versions(sock: socket.socket, corr: int = 1) -> bytes:
@@ -65,12 +56,12 @@ def test_second_connection_beyond_max_connections_per_ip_is_closed(broker_factor
         finally:
             second.close()
         assert _api_versions(first, 2), "the first connection keeps working"
-        _wait_for(lambda: "address already has the configured maximum of 1 connections" in broker.log_text(),
+        wait_for(lambda: "address already has the configured maximum of 1 connections" in broker.log_text(),
                   "the rejection log line")
     finally:
         first.close()
     # Its slot is free again once it is closed.
-    third = _wait_for(lambda: (s := _connect(broker.bootstrap)) and (_api_versions(s) and s or s.close()),
+    third = wait_for(lambda: (s := _connect(broker.bootstrap)) and (_api_versions(s) and s or s.close()),
                       "a new connection after the first closed")
     third.close()
 
@@ -113,7 +104,7 @@ def test_an_idle_or_half_open_client_cannot_keep_its_slot(broker_factory):
     """A client that connects and then goes silent (or whose peer vanished without a FIN) is closed
     after connections.max.idle.ms, and the connection waiting for max.connections gets its slot."""
     broker = broker_factory(overrides={"max.connections": "1", "connections.max.idle.ms": "1500"})
-    _wait_for(lambda: "listening on" in broker.log_text(), "start-up")
+    wait_for(lambda: "listening on" in broker.log_text(), "start-up")
     silent = _connect(broker.bootstrap)
     waiting = _connect(broker.bootstrap)
     try:

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.admin import CreateTopicsRequest
 
+from tests.helpers.waiting import wait_for
 from tests.helpers.wire import RawConnection
 
 # How long every metadata write holds its complete temporary file before the rename
@@ -32,12 +33,6 @@ def _create_request(*names: str, partitions: int = 1) -> CreateTopicsRequest:
         T(version=7, name=n, num_partitions=partitions, replication_factor=-1, assignments=[], configs=[])
         for n in names], timeout_ms=30000, validate_only=False)
 
-
-def _wait_for(cond, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def _topics(bootstrap: str) -> set[str]:
@@ -59,7 +54,7 @@ def test_create_topics_survives_client_disconnects(broker_factory):
         gone = RawConnection(broker.bootstrap)
         gone.send(_create_request(f"gone-{i}"), 7)
         # Close exactly while its write sits before the rename: the server cancels the request task.
-        _wait_for(lambda seen=seen: broker.log_text().count(DELAY_LINE) > seen,
+        wait_for(lambda seen=seen: broker.log_text().count(DELAY_LINE) > seen,
                   "the first write to start")
         gone.close()
         with RawConnection(broker.bootstrap, timeout=60) as conn:

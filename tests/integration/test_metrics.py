@@ -27,6 +27,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers.broker_proc import BrokerProcess, free_port
+from tests.helpers.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "kbroker-dashboard.json"
@@ -66,21 +67,13 @@ def value(m: dict, name: str, **labels: str) -> float:
     return m.get((name, frozenset(labels.items())), 0.0)
 
 
-def wait_for(cond, what: str, timeout: float = DEADLINE_S):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if (got := cond()):
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
 
 def scrape_when(url: str, pred, what: str) -> dict:
     """Scrape until ``pred(scrape)`` holds; returns that scrape."""
     def attempt():
         m = scrape(url)
         return m if pred(m) else None
-    return wait_for(attempt, what)
+    return wait_for(attempt, what, DEADLINE_S, interval=0.2)
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:

@@ -10,7 +10,6 @@ is served at once.
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 from kafka.protocol.metadata import ApiVersionsRequest
 
 from tests.helpers.broker_proc import BrokerProcess
+from tests.helpers.waiting import wait_for
 from tests.helpers.wire import parse_bootstrap, send_request
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "null_fields.txt"
@@ -58,15 +58,6 @@ def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPr
     assert code == 0, proc.log_tail()
 
 
-def _wait_for(cond, what: str, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.02)
-    pytest.fail(f"timed out waiting for {what}")
-
 
 @pytest.mark.parametrize(("frame_hex", "field"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_null_non_nullable_field_closes_connection(shared_broker: BrokerProcess, frame_hex: str, field: str) -> None:
@@ -84,7 +75,7 @@ def test_null_non_nullable_field_closes_connection(shared_broker: BrokerProcess,
     def new_warns() -> list[str]:
         return [ln for ln in shared_broker.log_text()[start:].splitlines() if " WARN" in ln]
 
-    _wait_for(new_warns, "the WARN line of the closed connection")
+    wait_for(new_warns, "the WARN line of the closed connection")
     # A second connection is served straight away (liveness within 1 s, as the issue asks); its
     # answer also means everything logged for the bad connection is in the log by now.
     resp = send_request(shared_broker.bootstrap, ApiVersionsRequest(version=0), 0, timeout=1)
@@ -109,6 +100,6 @@ def test_debug_request_log_carries_error_codes(broker_factory) -> None:
     def lines() -> list[str]:
         return [ln for ln in broker.log_text().splitlines() if "kbroker.request" in ln]
 
-    _wait_for(lambda: any("DeleteGroups v2" in ln for ln in lines()), "the DeleteGroups request line")
+    wait_for(lambda: any("DeleteGroups v2" in ln for ln in lines()), "the DeleteGroups request line")
     assert any("ApiVersions v0" in ln and "error=0" in ln for ln in lines())
     assert any("DeleteGroups v2" in ln and f"error={code}@results[]" in ln for ln in lines())
