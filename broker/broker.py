@@ -160,7 +160,8 @@ class Broker:
         if advertised.port == 0:
             raise OSError("cluster mode needs a fixed listener port (other brokers and clients must reach it)")
         settings = {name: cfg.get(name) for name in (
-            "kbroker.etcd.endpoints", "kbroker.etcd.username", "kbroker.etcd.password",
+            "kbroker.etcd.endpoints", "kbroker.etcd.username", "kbroker.etcd.password", "kbroker.etcd.ssl.cafile",
+            "kbroker.etcd.ssl.certfile", "kbroker.etcd.ssl.keyfile",
             "broker.session.timeout.ms", "broker.heartbeat.interval.ms")}
         try:
             self.cluster = await ClusterNode.start(

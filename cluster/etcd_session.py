@@ -1,7 +1,9 @@
 """A broker's session with etcd: the connection, its lease, keepalives, and the local fencing deadline.
 
-``kbroker.etcd.endpoints`` is a comma-separated list of URLs (``http://host:port``; a bare
-``host:port`` works too); the session connects to the first one that answers a status request and
+``kbroker.etcd.endpoints`` is a comma-separated list of URLs (``http://host:port``, or
+``https://host:port`` for TLS with the ``kbroker.etcd.ssl.*`` settings, see ``cluster.etcd_tls``; a
+bare ``host:port`` means http); ``kbroker.etcd.username``/``password`` authenticate to an etcd with
+auth enabled. The session connects to the first one that answers a status request and
 moves on to the next after repeated keepalive failures. It grants one lease with TTL =
 ``broker.session.timeout.ms`` (rounded up to whole seconds, etcd's unit) and refreshes it every
 ``broker.heartbeat.interval.ms``. Everything the broker owns in etcd (its registration, the
@@ -30,6 +32,8 @@ from urllib.parse import urlsplit
 
 import aetcd
 
+from .etcd_tls import EtcdClient, EtcdTls
+
 log = logging.getLogger("cluster.etcd_session")
 
 # Errors that mean "etcd did not answer this time": retried at the next heartbeat, never fatal.
@@ -44,22 +48,27 @@ class SessionExpired(RuntimeError):
     """etcd no longer knows the session's lease: everything bound to it is gone."""
 
 
-def parse_endpoints(endpoints: str | Sequence[str]) -> list[tuple[str, int]]:
-    """``"http://a:2379, b:2379"`` -> ``[("a", 2379), ("b", 2379)]``. TLS (https) is not supported yet."""
+def parse_endpoint_urls(endpoints: str | Sequence[str]) -> list[tuple[str, str, int]]:
+    """``"https://a:2379, b:2379"`` -> ``[("https", "a", 2379), ("http", "b", 2379)]``."""
     items = endpoints.split(",") if isinstance(endpoints, str) else list(endpoints)
-    out: list[tuple[str, int]] = []
+    out: list[tuple[str, str, int]] = []
     for raw in (i.strip() for i in items):
         if not raw:
             continue
         url = urlsplit(raw if "://" in raw else f"http://{raw}")
-        if url.scheme != "http":
-            raise ValueError(f"etcd endpoint {raw!r}: only http:// is supported (no TLS to etcd yet)")
+        if url.scheme not in ("http", "https"):
+            raise ValueError(f"etcd endpoint {raw!r}: only http:// and https:// are supported")
         if not url.hostname:
             raise ValueError(f"etcd endpoint {raw!r} has no host")
-        out.append((url.hostname, url.port or 2379))
+        out.append((url.scheme, url.hostname, url.port or 2379))
     if not out:
         raise ValueError("kbroker.etcd.endpoints is empty")
     return out
+
+
+def parse_endpoints(endpoints: str | Sequence[str]) -> list[tuple[str, int]]:
+    """``"http://a:2379, b:2379"`` -> ``[("a", 2379), ("b", 2379)]`` (the scheme dropped)."""
+    return [(host, port) for _scheme, host, port in parse_endpoint_urls(endpoints)]
 
 
 def default_safety_margin_ms(ttl_ms: int, heartbeat_ms: int) -> int:
@@ -76,8 +85,22 @@ class EtcdSession:
     def __init__(self, endpoints: str | Sequence[str], *, session_timeout_ms: int = 9000,
                  heartbeat_interval_ms: int = 2000, safety_margin_ms: int | None = None,
                  request_timeout_ms: int | None = None, username: str | None = None,
-                 password: str | None = None, clock: Callable[[], float] = time.monotonic) -> None:
-        self.endpoints = parse_endpoints(endpoints)
+                 password: str | None = None, tls: EtcdTls | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        urls = parse_endpoint_urls(endpoints)
+        self.endpoints = [(host, port) for _scheme, host, port in urls]
+        self._schemes = [scheme for scheme, _host, _port in urls]
+        if tls is not None and "http" in self._schemes:
+            # Never fall back to plaintext for metadata an operator asked to protect.
+            raise ValueError("kbroker.etcd.ssl.* is set but an etcd endpoint is http://; use https:// endpoints")
+        if tls is not None:
+            try:
+                tls.credentials()  # unreadable files refuse the start here, naming the setting
+            except OSError as e:
+                raise ValueError(str(e)) from e
+        if (username is None) != (password is None):
+            raise ValueError("kbroker.etcd.username and kbroker.etcd.password go together")
+        self._tls = tls if tls is not None else (EtcdTls() if "https" in self._schemes else None)
         if heartbeat_interval_ms <= 0 or session_timeout_ms <= heartbeat_interval_ms:
             raise ValueError("broker.heartbeat.interval.ms must be positive and below broker.session.timeout.ms")
         self._requested_ttl_s = max(1, math.ceil(session_timeout_ms / 1000))
@@ -110,7 +133,7 @@ class EtcdSession:
                    session_timeout_ms=int(get("broker.session.timeout.ms", "9000")),
                    heartbeat_interval_ms=int(get("broker.heartbeat.interval.ms", "2000")),
                    username=get("kbroker.etcd.username") or None, password=get("kbroker.etcd.password") or None,
-                   **kw)
+                   tls=EtcdTls.from_config(config), **kw)
 
     # -- connection ------------------------------------------------------------------------------
     @property
@@ -122,7 +145,7 @@ class EtcdSession:
     @property
     def endpoint(self) -> str:
         host, port = self.endpoints[self._endpoint_index]
-        return f"http://{host}:{port}"
+        return f"{self._schemes[self._endpoint_index]}://{host}:{port}"
 
     def _channel_options(self) -> dict[str, int]:
         # gRPC's default reconnect backoff grows to minutes; after an etcd restart the lease only
@@ -137,13 +160,14 @@ class EtcdSession:
         for i in range(len(self.endpoints)):
             index = (start + i) % len(self.endpoints)
             host, port = self.endpoints[index]
-            client = aetcd.Client(host=host, port=port, username=self._username, password=self._password,
-                                  timeout=self._request_timeout_s,  # type: ignore[arg-type]
-                                  options=self._channel_options())
+            tls = self._tls if self._schemes[index] == "https" else None
+            client = EtcdClient(host=host, port=port, username=self._username, password=self._password,
+                                timeout=self._request_timeout_s,  # type: ignore[arg-type]
+                                options=self._channel_options(), tls=tls)
             try:
                 await asyncio.wait_for(client.status(), self._request_timeout_s * 2)
             except TRANSIENT_ERRORS as e:
-                errors.append(f"{host}:{port}: {e!r}")
+                errors.append(f"{self._schemes[index]}://{host}:{port}: {_describe(e, tls is not None)}")
                 with contextlib.suppress(Exception):
                     await client.close()
                 continue
@@ -157,6 +181,28 @@ class EtcdSession:
     async def open(self) -> EtcdSession:
         """Connect, grant the lease and start the keepalives."""
         await self._connect(0)
+        await self._grant()
+        return self
+
+    async def renew(self) -> None:
+        """After ``expired``: grant a new lease on the same connection and keep it alive.
+
+        Everything bound to the old lease is gone; the caller registers again (a new broker epoch).
+        Holders of this session object see the new ``lease_id``. Transient errors propagate (retry).
+        """
+        if self._closed:
+            raise RuntimeError("etcd session closed")
+        if not self._expired.is_set():
+            raise RuntimeError("etcd session not expired")
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self.lease_id, self.last_ack = 0, -math.inf
+        await self._grant()
+        self._expired = asyncio.Event()
+
+    async def _grant(self) -> None:
         sent = self._clock()
         lease = await asyncio.wait_for(self.client.lease(self._requested_ttl_s), self._request_timeout_s * 2)
         self.lease_id, self.ttl_s = lease.id, lease.ttl
@@ -171,7 +217,6 @@ class EtcdSession:
         self._task = asyncio.create_task(self._keepalive_loop(), name=f"etcd-keepalive-{self.lease_id:x}")
         log.info("etcd session open: lease %x, ttl %d s, heartbeat %.3f s, fencing margin %.3f s",
                  self.lease_id, self.ttl_s, self._heartbeat_s, self.safety_margin_s)
-        return self
 
     # -- fencing ---------------------------------------------------------------------------------
     def _ack(self, sent: float) -> None:
@@ -262,3 +307,15 @@ async def _close_client(client: aetcd.Client, timeout_s: float) -> None:
     request queue that nothing consumes any more (aetcd 1.0), and a stop must still end."""
     with contextlib.suppress(Exception):
         await asyncio.wait_for(client.close(), timeout_s)
+
+
+def _describe(error: BaseException, tls: bool) -> str:
+    """The error of a failed first request, with a hint when it looks like a TLS mismatch."""
+    text = f"{error!r}"
+    lowered = text.lower()
+    if tls and any(w in lowered for w in ("ssl", "handshake", "certificate")):
+        return text + (" (TLS handshake failed: check kbroker.etcd.ssl.cafile against etcd's server certificate, "
+                       "and kbroker.etcd.ssl.certfile/keyfile when etcd asks for client certificates)")
+    if not tls:
+        return text + " (if this etcd serves TLS, use an https:// endpoint and kbroker.etcd.ssl.cafile)"
+    return text

@@ -5,15 +5,28 @@ the broker stops heartbeating. It is created in a transaction guarded by create 
 another live broker holds the same ``node.id`` the registration is refused (DuplicateBrokerError),
 and once that broker's lease has expired the same node id can register again. The create revision of
 the key is the broker epoch (it grows with every registration), as Kafka's broker epoch does.
+
+A broker killed and restarted at once finds its previous incarnation's registration still there
+until that lease expires. ``register_waiting`` then waits, bounded by the remaining TTL of the
+holder's lease (etcd's LeaseTimeToLive) plus a margin, and registers once the key is gone; a holder
+that is still there past that bound is renewing its lease, so it is a live duplicate and refused.
+Kafka's KRaft controller does the same: it refuses a registration while the old incarnation's
+session is valid, and the broker retries until it expired.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import math
+import time
 from collections.abc import AsyncIterator
 
 from .etcd_keys import KeyLayout
-from .etcd_session import EtcdSession
+from .etcd_session import TRANSIENT_ERRORS, EtcdSession
 from .records import BrokerRegistration
+
+log = logging.getLogger("cluster.membership")
 
 
 class DuplicateBrokerError(RuntimeError):
@@ -48,6 +61,35 @@ class Membership:
         self.registration = BrokerRegistration(registration.node_id, registration.endpoints, registration.rack,
                                                kv.create_revision)
         return self.registration
+
+    async def register_waiting(self, registration: BrokerRegistration, *, margin_s: float,
+                               log_every_s: float = 3.0, poll_s: float = 0.2) -> BrokerRegistration:
+        """``register``, waiting for a previous registration of the same node id to expire (see above)."""
+        deadline: float | None = None
+        last_log = -math.inf
+        while True:
+            try:
+                return await self.register(registration)
+            except DuplicateBrokerError as e:
+                now = time.monotonic()
+                if deadline is None:
+                    ttl = await self._remaining_ttl_s(e.holder_lease)
+                    deadline = now + max(ttl, 0) + margin_s
+                if now > deadline:
+                    raise
+                if now - last_log >= log_every_s:
+                    last_log = now
+                    log.info("waiting for the previous registration of node %d to expire (lease %x, %.1f s left "
+                             "of the wait)", registration.node_id, e.holder_lease, deadline - now)
+                await asyncio.sleep(poll_s)
+
+    async def _remaining_ttl_s(self, lease_id: int) -> float:
+        """Seconds the lease has left (-1 when etcd no longer knows it)."""
+        try:
+            reply = await self.session.client.get_lease_info(lease_id)
+        except TRANSIENT_ERRORS:
+            return float(self.session.ttl_s)  # unknown: at most one full TTL of a lease like ours
+        return float(reply.TTL)
 
     async def deregister(self) -> bool:
         """Delete our own registration (not a newer one of the same node id): controlled shutdown."""

@@ -4,8 +4,15 @@
 anything: open the etcd session (EtcdUnavailable when no endpoint answers); read or create the
 cluster id in etcd; check it against ``meta.properties`` in the log dirs (another cluster id there
 refuses the start: those logs belong to another cluster); load the metadata view; register under the
-session lease (a live duplicate ``node.id`` refuses the start, naming it); campaign for the controller.
-Every refusal is a ``ClusterStartError`` with a message for the operator.
+session lease (a live duplicate ``node.id`` refuses the start, naming it; the registration of this
+broker's previous incarnation, killed and restarted within its lease TTL, is waited out first, see
+``Membership.register_waiting``); campaign for the controller. Every refusal is a
+``ClusterStartError`` with a message for the operator.
+
+While running, a session that etcd *expired* (cut off longer than the lease TTL: a fenced broker
+whose lease is gone) is not the end: the node grants a new lease on the same connection, registers
+again (a new broker epoch; the controller meanwhile moved its leaderships away) and campaigns again,
+retrying while etcd does not answer. The broker stays fenced until the new registration is in.
 """
 
 from __future__ import annotations
@@ -29,6 +36,12 @@ from .records import BrokerRegistration, Endpoint
 log = logging.getLogger("cluster.node")
 
 STOP_TIMEOUT_S = 10.0
+
+
+def registration_margin_s(session: EtcdSession) -> float:
+    """Slack over the old lease's remaining TTL: etcd checks for expired leases every 500 ms, and a
+    shared machine may be late; a live duplicate refreshes long before any of this runs out."""
+    return max(2.0, session.ttl_s / 2)
 
 
 class ClusterStartError(RuntimeError):
@@ -58,6 +71,41 @@ class ClusterNode:
         self.election = election
         self.controller = controller
         self.producer_ids = ProducerIdAllocator(session, keys)
+        self.registrations = 1  # how many times this node registered (1 + renewals after expiry)
+        self._registration = membership.registration or BrokerRegistration(election.node_id, ())
+        self._margin_s = registration_margin_s(session)
+        self._renewal_task: asyncio.Task[None] | None = None
+
+    def _start_renewals(self) -> None:
+        self._renewal_task = asyncio.create_task(self._renew_after_expiry(), name="etcd-session-renewal")
+
+    async def _renew_after_expiry(self) -> None:
+        """Forever: wait for the session to expire, then rejoin under a new lease (module docstring)."""
+        while True:
+            await self.session.wait_expired()
+            log.error("etcd session expired: node %d rejoins under a new lease", self.membership_node_id)
+            await self.election.stop(resign=False)  # its key went with the old lease
+            while True:
+                try:
+                    if self.session.expired:
+                        await self.session.renew()
+                    reg = await self.membership.register_waiting(self._registration, margin_s=self._margin_s)
+                    break
+                except DuplicateBrokerError as e:
+                    # Another process took this node.id while we were cut off: it keeps it; we stay fenced.
+                    log.error("cannot rejoin: %s; this broker stays fenced", e)
+                    return
+                except TRANSIENT_ERRORS as e:
+                    log.warning("rejoining the cluster failed (%r); retrying", e)
+                    await asyncio.sleep(max(0.5, self.session.ttl_s / 4))
+            self.registrations += 1
+            self.election.start()
+            log.info("node %d registered again (broker epoch %d, lease %x)", reg.node_id, reg.epoch,
+                     self.session.lease_id)
+
+    @property
+    def membership_node_id(self) -> int:
+        return self._registration.node_id
 
     @classmethod
     async def start(cls, settings: Mapping[str, object], *, node_id: int, endpoints: Sequence[Endpoint],
@@ -65,7 +113,11 @@ class ClusterNode:
                     default_replication_factor: Callable[[], int] = lambda: 1,
                     store_class: type[EtcdMetadataStore] = EtcdMetadataStore) -> ClusterNode:
         try:
-            session = await EtcdSession.from_config(settings).open()
+            session = EtcdSession.from_config(settings)
+        except ValueError as e:
+            raise ClusterStartError(f"invalid etcd settings: {e}") from e
+        try:
+            await session.open()
         except (EtcdUnavailable, *TRANSIENT_ERRORS) as e:
             raise ClusterStartError(f"cannot reach etcd at {settings.get('kbroker.etcd.endpoints')}: {e}") from e
         try:
@@ -81,8 +133,10 @@ class ClusterNode:
             log.info("cluster %s: metadata loaded at etcd revision %d (%d topics, %d live brokers)", cluster_id,
                      store.revision, len(store.topics()), len(store.live_brokers()))
             membership = Membership(session, keys)
+            registration = BrokerRegistration(node_id, tuple(endpoints), rack)
+            margin_s = registration_margin_s(session)
             try:
-                await membership.register(BrokerRegistration(node_id, tuple(endpoints), rack))
+                await membership.register_waiting(registration, margin_s=margin_s)
             except DuplicateBrokerError as e:
                 log.error("refusing to start: %s", e)
                 await store.stop()
@@ -92,6 +146,13 @@ class ClusterNode:
             controller = Controller(store, election, PartitionStateStore(session, keys))
             election.start()
             controller.start()
+        except TRANSIENT_ERRORS as e:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(session.close(), STOP_TIMEOUT_S)
+            hint = (" (etcd has authentication enabled: set kbroker.etcd.username and kbroker.etcd.password)"
+                    if any(w in str(e).lower() for w in ("user name is empty", "permission denied", "auth"))
+                    else "")
+            raise ClusterStartError(f"etcd at {session.endpoint} failed a request while joining: {e!r}{hint}") from e
         except BaseException:
             # Bounded: a refusal must end the process even when etcd stops answering meanwhile.
             with contextlib.suppress(Exception):
@@ -99,10 +160,16 @@ class ClusterNode:
             raise
         log.info("node %d joined cluster %s (broker epoch %d) via %s", node_id, cluster_id,
                  membership.registration.epoch if membership.registration else -1, session.endpoint)
-        return cls(session, keys, store, membership, election, controller)
+        node = cls(session, keys, store, membership, election, controller)
+        node._start_renewals()
+        return node
 
     async def stop(self) -> None:
         """Controlled stop: resign, deregister (the controller moves leadership now), close the session."""
+        if self._renewal_task is not None:
+            self._renewal_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renewal_task
         await self.controller.stop()
         await self.election.stop(resign=True)
         await self.store.stop()

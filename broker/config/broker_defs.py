@@ -300,11 +300,27 @@ _BROKER_DEFS: list[ConfigDef] = [
        "mode: node.id is required, membership, controller election and metadata live in etcd."),
     _b("kbroker.etcd.username", "string", None, "kbroker extension: etcd user name (etcd authentication)."),
     _b("kbroker.etcd.password", "password", None, "kbroker extension: password of kbroker.etcd.username."),
+    _b("kbroker.etcd.ssl.cafile", "string", None,
+       "kbroker extension: PEM file of the CA certificates that sign etcd's server certificate, for https:// "
+       "endpoints (unset: the system roots)."),
+    _b("kbroker.etcd.ssl.certfile", "string", None,
+       "kbroker extension: PEM client certificate presented to etcd (etcd --client-cert-auth); with "
+       "kbroker.etcd.ssl.keyfile."),
+    _b("kbroker.etcd.ssl.keyfile", "string", None,
+       "kbroker extension: PEM private key of kbroker.etcd.ssl.certfile (unencrypted)."),
     _b("broker.session.timeout.ms", "int", 9000,
        "Cluster mode: TTL of the broker's etcd lease; a broker whose lease expires loses its leaderships.",
        at_least(1)),
     _b("broker.heartbeat.interval.ms", "int", 2000,
        "Cluster mode: how often the broker refreshes its etcd lease.", at_least(1)),
+    _b("controlled.shutdown.enable", "boolean", True,
+       "Cluster mode: on a stop (SIGTERM) the broker first hands its leaderships to other ISR members and "
+       "leaves the ISRs it follows in."),
+    _b("controlled.shutdown.max.retries", "int", 3,
+       "Cluster mode: rounds of controlled shutdown over the partitions whose change lost a compare-and-swap.",
+       at_least(0)),
+    _b("controlled.shutdown.retry.backoff.ms", "long", 5000,
+       "Cluster mode: pause between controlled shutdown rounds.", at_least(0)),
     _b("broker.rack", "string", None,
        "Rack of this broker; cluster mode places a partition's replicas on different racks where it can."),
     # --- authorization (security/authorizer.py)

@@ -6,7 +6,8 @@ once ``GET /health`` on the client URL answers ``"health": "true"``: etcd 3.4 se
 an elected Raft leader and after a linearizable read went through, so an open port alone is not
 enough. Faults for tests: ``kill()`` (SIGKILL), ``pause()``/``resume()`` (SIGSTOP/SIGCONT: the
 process keeps its sockets but answers nothing, like a partition), ``restart()`` on the same ports
-and data dir. Processes are always stopped by their own pid.
+and data dir. Processes are always stopped by their own pid. With ``tls`` (EtcdTlsFiles) etcd serves
+its clients over TLS only (https client URL); ``gateway`` posts to its JSON gateway (auth setup).
 
 etcd comes from the Debian package ``etcd-server`` (``make tools`` installs it); a missing binary
 raises ``EtcdNotInstalled`` naming that package.
@@ -19,9 +20,11 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 from .broker_proc import free_port
@@ -51,9 +54,26 @@ def etcd_binary() -> str:
     return path
 
 
+@dataclass(frozen=True)
+class EtcdTlsFiles:
+    """PEM files for an etcd that serves its clients over TLS (``--cert-file`` ...).
+
+    ``client_cert_auth``: etcd asks for a client certificate signed by ``ca`` (``--client-cert-auth``).
+    ``client_cert``/``client_key``: what this helper's own health checks present then.
+    """
+    ca: Path
+    cert: Path
+    key: Path
+    client_cert_auth: bool = False
+    client_cert: Path | None = None
+    client_key: Path | None = None
+
+
 class EtcdProcess:
     def __init__(self, data_dir: Path, *, name: str = "kbroker-test", client_port: int | None = None,
-                 peer_port: int | None = None, log_path: Path | None = None) -> None:
+                 peer_port: int | None = None, log_path: Path | None = None,
+                 tls: EtcdTlsFiles | None = None) -> None:
+        self.tls = tls
         self.data_dir = Path(data_dir)
         self.name = name
         self.client_port = client_port if client_port is not None else free_port()
@@ -65,7 +85,7 @@ class EtcdProcess:
 
     @property
     def client_url(self) -> str:
-        return f"http://127.0.0.1:{self.client_port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.client_port}"
 
     @property
     def peer_url(self) -> str:
@@ -90,7 +110,32 @@ class EtcdProcess:
             "--election-timeout", str(TEST_ELECTION_MS),
             "--log-level", "warn",
             "--logger", "zap",
+            *self._tls_args(),
         ]
+
+    def _tls_args(self) -> list[str]:
+        if self.tls is None:
+            return []
+        args = ["--cert-file", str(self.tls.cert), "--key-file", str(self.tls.key),
+                "--trusted-ca-file", str(self.tls.ca)]
+        return args + (["--client-cert-auth"] if self.tls.client_cert_auth else [])
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """A client context trusting the test CA (and presenting the client certificate), for https."""
+        if self.tls is None:
+            return None
+        ctx = ssl.create_default_context(cafile=str(self.tls.ca))
+        if self.tls.client_cert is not None:
+            ctx.load_cert_chain(str(self.tls.client_cert), str(self.tls.client_key))
+        return ctx
+
+    def gateway(self, path: str, body: dict, *, token: str | None = None, timeout: float = 10) -> dict:
+        """POST a JSON request to etcd's gRPC gateway (``/v3/...``), e.g. ``/v3/auth/user/add``."""
+        req = urllib.request.Request(f"{self.client_url}{path}", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json",
+                                              **({"Authorization": token} if token else {})})
+        with urllib.request.urlopen(req, timeout=timeout, context=self.ssl_context()) as resp:
+            return json.loads(resp.read() or b"{}")
 
     @property
     def running(self) -> bool:
@@ -128,7 +173,8 @@ class EtcdProcess:
 
     def healthy(self, timeout: float = 2) -> bool:
         """One ``GET /health``: True when etcd has a leader and served a read."""
-        with urllib.request.urlopen(f"{self.client_url}/health", timeout=timeout) as resp:
+        with urllib.request.urlopen(f"{self.client_url}/health", timeout=timeout,
+                                    context=self.ssl_context()) as resp:
             return json.loads(resp.read()).get("health") == "true"
 
     def stop(self, timeout: float = 30) -> int:
