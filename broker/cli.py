@@ -192,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
         ("users", "cli.users", "SCRAM credentials: list | add | delete | bootstrap (before first start)"),
         ("acls", "cli.acls", "ACLs: add | list | remove (kafka-acls)"),
         ("cluster", "cli.cluster", "local cluster (etcd + N brokers): up | status | down --dir DIR"),
+        ("leader-election", "cli.leader_election", "elect preferred or unclean leaders (kafka-leader-election)"),
+        ("reassign-partitions", "cli.reassign_partitions",
+         "move replicas: --execute | --verify | --cancel | --list (kafka-reassign-partitions)"),
         ("healthcheck", "cli.healthcheck", "exit 0 when the local broker answers ApiVersions (container health)"),
     ):
         p = sub.add_parser(name, help=text, add_help=False)
@@ -204,7 +207,8 @@ _DELEGATED = {"groups": "cli.groups", "transactions": "cli.transactions", "featu
               "topics": "cli.topics", "configs": "cli.configs", "console-producer": "cli.console_producer",
               "console-consumer": "cli.console_consumer", "get-offsets": "cli.get_offsets", "perf": "cli.perf",
               "users": "cli.users", "cluster": "cli.cluster", "acls": "cli.acls",
-              "healthcheck": "cli.healthcheck"}
+              "healthcheck": "cli.healthcheck", "leader-election": "cli.leader_election",
+              "reassign-partitions": "cli.reassign_partitions"}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,17 @@ without unclean election):
 
 Every change is a compare-and-swap on the partition epoch (``PartitionStateStore.update``); a lost
 swap is dropped and the next reconcile decides again from the new state, never a blind retry.
+
+Two more duties, each in its own function below:
+
+* **Reassignments** (KIP-455, ``cluster.reassignment``): on every pass, a partition whose target
+  replicas are all in the ISR gets replicas = target, ISR = ISR ∩ target and, if its leader is not in
+  the target, a new leader from the target (one transaction with the topic record,
+  ``EtcdMetadataStore.complete_reassignments``).
+* **Preferred-leader rebalance** (``cluster.leader_election.rebalance``): with
+  ``auto.leader.rebalance.enable`` (default true), every ``leader.imbalance.check.interval.seconds``
+  (300) leadership goes back to preferred replicas (the first of the replica list) that are live
+  and in the ISR, for brokers above ``leader.imbalance.per.broker.percentage`` (10).
 """
 
 from __future__ import annotations
@@ -21,10 +32,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections.abc import Mapping
 
 from .controller_election import ControllerElection
 from .etcd_session import TRANSIENT_ERRORS
 from .etcd_store import EtcdMetadataStore
+from .leader_election import rebalance
 from .partition_state import PartitionStateStore
 from .records import PartitionState
 
@@ -48,11 +62,12 @@ def next_state(state: PartitionState, replicas: list[int], live: set[int]) -> Pa
 
 class Controller:
     def __init__(self, store: EtcdMetadataStore, election: ControllerElection, states: PartitionStateStore, *,
-                 interval_s: float = 2.0) -> None:
+                 interval_s: float = 2.0, settings: Mapping[str, object] | None = None) -> None:
         self.store = store
         self.election = election
         self.states = states
         self.interval_s = interval_s
+        self._init_rebalance(settings or {})
         self._task: asyncio.Task[None] | None = None
         self.changes = 0  # partition states this controller changed (tests, logs)
 
@@ -82,6 +97,8 @@ class Controller:
                 continue
             try:
                 await self.reconcile()
+                await self.complete_reassignments()
+                await self.maybe_rebalance()
             except TRANSIENT_ERRORS as e:
                 log.warning("controller: etcd unavailable (%r); retrying", e)
             except Exception:
@@ -105,3 +122,51 @@ class Controller:
                 log.info("controller: %s-%d changed meanwhile; deciding again on the next pass", topic, p)
         self.changes += changed
         return changed
+
+    # --- reassignments ----------------------------------------------------------------------
+    async def complete_reassignments(self) -> int:
+        """Finish every reassignment whose target replicas are all in the ISR; how many partitions."""
+        done = 0
+        for topic in sorted({t for t, _ in self.store.reassignments()}):
+            if not self.election.is_controller():
+                break
+            done += await self.store.complete_reassignments(topic)
+        self.changes += done
+        return done
+
+    # --- preferred-leader rebalance ------------------------------------------------------------
+    def _init_rebalance(self, settings: Mapping[str, object]) -> None:
+        def setting(name: str, default: object) -> object:
+            value = settings.get(name)
+            return default if value is None else value
+
+        enabled = setting("auto.leader.rebalance.enable", True)
+        self.rebalance_enabled = enabled if isinstance(enabled, bool) else str(enabled).lower() == "true"
+        self.rebalance_interval_s = float(setting("leader.imbalance.check.interval.seconds", 300))  # type: ignore[arg-type]
+        self.imbalance_percentage = int(setting("leader.imbalance.per.broker.percentage", 10))  # type: ignore[call-overload]
+        # The first check comes one interval after start, as Kafka schedules it.
+        self._next_rebalance = time.monotonic() + self.rebalance_interval_s
+
+    async def maybe_rebalance(self) -> int:
+        if not self.rebalance_enabled or time.monotonic() < self._next_rebalance:
+            return 0
+        self._next_rebalance = time.monotonic() + self.rebalance_interval_s
+        return await self.rebalance_leaders()
+
+    async def rebalance_leaders(self) -> int:
+        """One preferred-leader rebalance pass; how many leaders moved."""
+        store = self.store
+        partitions = {key: (state, store.replicas(*key)) for key, state in store.partition_states().items()}
+        moves = rebalance(partitions, store.eligible_leaders(), self.imbalance_percentage,
+                          skip=store.reassignments())
+        moved = 0
+        for (topic, p), new in moves:  # type: ignore[misc]
+            if not self.election.is_controller():
+                break
+            old = partitions[(topic, p)][0]
+            if await self.states.update(topic, p, old.partition_epoch, new):
+                moved += 1
+                log.info("controller: preferred leader of %s-%d: %d -> %d (epoch %d)", topic, p, old.leader,
+                         new.leader, new.leader_epoch)
+        self.changes += moved
+        return moved

@@ -13,7 +13,12 @@ so the writer's own view (and its listeners: the replica manager) already has it
 transactions guarded by the topic key's revision (creation: create revision 0, so two brokers
 creating the same topic cannot both win); a topic and its partition states are written together.
 Partition-state changes after creation are compare-and-swaps on the partition epoch
-(``cluster.partition_state``), done by the controller (``cluster.controller``).
+(``cluster.partition_state``), done by the controller (``cluster.controller``), or on the partition
+key's mod revision by the broker receiving ElectLeaders or AlterPartitionReassignments (as for
+CreateTopics, it writes itself instead of forwarding to the controller). A reassignment keeps the
+union replica list in the topic record's ``assignment`` (so ``replicas()`` returns it) and the
+adding/removing sets in ``reassignments``, written with the partition states in one transaction
+guarded by the topic key's mod revision; a change of a partition's replicas is notified as "leaders".
 
 Placement: the broker that receives CreateTopics/CreatePartitions computes it (``cluster.placement``)
 from its view of the live brokers and writes it in one guarded transaction; Kafka forwards the
@@ -31,6 +36,7 @@ import logging
 import os
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 
 from aetcd.utils import prefix_range_end
 
@@ -39,8 +45,10 @@ from security import quotas as client_quotas
 from security import scram_credentials as scram
 from security.authorizer import AclBinding, acls_applied, decode_acls, encode_acls
 
+from . import reassignment
 from .etcd_keys import KeyLayout
 from .etcd_session import TRANSIENT_ERRORS, EtcdSession
+from .leader_election import PREFERRED, elect
 from .metadata_store import (
     INTERNAL_TOPICS,
     NEW_CLUSTER_FEATURES,
@@ -49,7 +57,7 @@ from .metadata_store import (
     TopicInfo,
 )
 from .placement import place_replicas
-from .records import BrokerRegistration, PartitionState, TopicRecord
+from .records import BrokerRegistration, PartitionState, Reassignment, TopicRecord
 
 log = logging.getLogger("cluster.etcd_store")
 
@@ -78,6 +86,8 @@ class EtcdMetadataStore(MetadataStore):
         self._topics: dict[str, TopicInfo] = {}
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
         self._states: dict[tuple[str, int], PartitionState] = {}
+        # Mod revision of each partition-state key: the guard of writes decided from the view.
+        self._state_rev: dict[tuple[str, int], int] = {}
         self._brokers: dict[int, BrokerRegistration] = {}
         self._broker_configs: dict[str, str] = {}
         self._features: dict[str, int] = {}
@@ -188,11 +198,13 @@ class EtcdMetadataStore(MetadataStore):
                 topic, p = k.topic_partition_of(key)
                 if put:
                     state = PartitionState.from_json(value)
+                    self._state_rev[(topic, p)] = mod_revision
                     if self._states.get((topic, p)) != state:
                         self._states[(topic, p)] = state
                         self._changed_leaders(topic)
                 else:
                     self._states.pop((topic, p), None)
+                    self._state_rev.pop((topic, p), None)
             elif key.startswith(k.brokers_prefix):
                 node = k.node_id_of(key)
                 if put:
@@ -232,6 +244,7 @@ class EtcdMetadataStore(MetadataStore):
             self._by_id.pop(info.topic_id, None)
             for key in [key for key in self._states if key[0] == name]:
                 del self._states[key]
+                self._state_rev.pop(key, None)
             self._notify_started("deleted", info)
             old = info = None
         if rec is None:
@@ -247,6 +260,11 @@ class EtcdMetadataStore(MetadataStore):
         if len(rec.assignment) != info.num_partitions:
             info.num_partitions = len(rec.assignment)
             self._notify_started("partitions", info)
+        if old is not None and (rec.reassignments != old.reassignments or any(
+                old.assignment.get(p) != r for p, r in rec.assignment.items() if p in old.assignment)):
+            # A reassignment moved replicas: the replica manager opens logs for replicas newly
+            # assigned here and drops the ones no longer assigned; the controller checks completion.
+            self._changed_leaders(name)
         if rec.configs != info.configs:
             info.configs = dict(rec.configs)
             self._notify_started("configs", info)
@@ -408,9 +426,11 @@ class EtcdMetadataStore(MetadataStore):
         if assignment:
             new = {current + i: list(r) for i, r in enumerate(assignment)}
         else:
-            rf = len(rec.assignment.get(0, [])) or 1
+            first = rec.assignment.get(0, [])
+            moving = rec.reassignments.get(0)  # while partition 0 moves, its target is the replication factor
+            rf = len(reassignment.target_of(first, moving) if moving else first) or 1
             new = self._placement(current, total - current, rf, info.internal)
-        grown = TopicRecord(name, rec.topic_id, {**rec.assignment, **new}, rec.configs)
+        grown = replace(rec, assignment={**rec.assignment, **new})
         states = self._initial_states(new)
         tx = self.session.client.transactions
         key = self.keys.topic(name)
@@ -425,7 +445,7 @@ class EtcdMetadataStore(MetadataStore):
 
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo:
         rec, rev = self._existing(name)
-        changed = TopicRecord(name, rec.topic_id, rec.assignment, dict(configs))
+        changed = replace(rec, configs=dict(configs))
         tx = self.session.client.transactions
         key = self.keys.topic(name)
         if not await self._txn([tx.mod(key) == rev], [tx.put(key, changed.to_json())]):
@@ -487,6 +507,179 @@ class EtcdMetadataStore(MetadataStore):
         if not await self._txn([tx.mod(self.keys.features) == self._features_rev], [tx.put(self.keys.features, doc)]):
             raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "feature levels changed meanwhile; retry")
         await self.wait_for(lambda: self._features_epoch >= epoch, "feature levels")
+
+
+    # --- elections and reassignments (ElectLeaders, AlterPartitionReassignments) ---------------
+    # Like CreateTopics, these are done by the broker that receives the request, from its view,
+    # with compare-and-swaps on the mod revisions the decision was made from (Kafka forwards them
+    # to the controller; the effect is the same). Completing a reassignment is the controller's.
+    def eligible_leaders(self) -> set[int]:
+        """Brokers that may take leadership: the live (registered) ones."""
+        return set(self._brokers)
+
+    def reassignments(self) -> dict[tuple[str, int], tuple[list[int], Reassignment]]:
+        """Every ongoing reassignment: (topic, partition) -> (current union replica list, adding/removing)."""
+        return {(name, p): (list(rec.assignment.get(p, [])), ongoing)
+                for name, rec in self._records.items() for p, ongoing in rec.reassignments.items()}
+
+    async def _wait_revision(self, revision: int, timeout_s: float, what: str) -> None:
+        try:
+            await asyncio.wait_for(self.wait_for(lambda: self.revision >= revision, what), max(timeout_s, 0.001))
+        except TimeoutError:
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"{what} was written to etcd but not seen back in time") from None
+
+    async def _swap(self, compare: list, success: list) -> int | None:
+        """One guarded transaction; the revision it wrote, or None when a guard failed."""
+        self._check_writable()
+        try:
+            ok, responses = await self.session.client.transaction(compare=compare, success=success, failure=[])
+        except TRANSIENT_ERRORS as e:
+            raise _etcd_error(e) from e
+        return responses[0].response_put.header.revision if ok else None
+
+    async def elect_leaders(self, partitions: list[tuple[str, int]] | None, election_type: int, *,
+                            timeout_s: float = APPLY_TIMEOUT_S) -> dict[tuple[str, int], KafkaError | None]:
+        """ElectLeaders: each partition's outcome (None: elected). ``partitions`` None means all of them,
+        and then partitions that need no election are left out of the answer, as in Kafka."""
+        every = partitions is None
+        wanted = sorted(self._states) if every else partitions
+        results: dict[tuple[str, int], KafkaError | None] = {}
+        written = 0
+        eligible = self.eligible_leaders()
+        tx = self.session.client.transactions
+        for topic, p in wanted:
+            state = self._states.get((topic, p))
+            if state is None:
+                results[(topic, p)] = KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                                 f"No such partition as {topic}-{p}")
+                continue
+            decided = elect(state, self.replicas(topic, p), eligible, election_type)
+            if isinstance(decided, ErrorCode):
+                if not (every and decided == ErrorCode.ELECTION_NOT_NEEDED):
+                    results[(topic, p)] = KafkaError(decided)
+                continue
+            key = self.keys.partition(topic, p)
+            new = replace(decided, partition_epoch=state.partition_epoch + 1)
+            rev = await self._swap([tx.mod(key) == self._state_rev[(topic, p)]], [tx.put(key, new.to_json())])
+            if rev is None:
+                # Someone else changed the partition meanwhile: not retried blindly (the caller may ask again).
+                results[(topic, p)] = KafkaError(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+                                                 if election_type == PREFERRED else ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+                                                 f"{topic}-{p} changed during the election; try again")
+                continue
+            log.info("election (%s) of %s-%d: leader %d -> %d (epoch %d)", "preferred" if election_type == PREFERRED
+                     else "unclean", topic, p, state.leader, new.leader, new.leader_epoch)
+            written = max(written, rev)
+            results[(topic, p)] = None
+        if written:
+            await self._wait_revision(written, timeout_s, "the elected leaders")
+        return results
+
+    async def commit_assignment(self, name: str, record: TopicRecord, record_rev: int,
+                                states: dict[int, tuple[PartitionState, PartitionState]]) -> int | None:
+        """Write a topic record and partition states (old -> new) in one transaction, guarded by the topic
+        key's mod revision and every partition key's view revision; the revision written, or None."""
+        tx = self.session.client.transactions
+        key = self.keys.topic(name)
+        compare = [tx.mod(key) == record_rev]
+        success = [tx.put(key, record.to_json())]
+        for p, (old, new) in sorted(states.items()):
+            pkey = self.keys.partition(name, p)
+            compare.append(tx.mod(pkey) == self._state_rev.get((name, p), 0))
+            if new != old:
+                success.append(tx.put(pkey, replace(new, partition_epoch=old.partition_epoch + 1).to_json()))
+        return await self._swap(compare, success)
+
+    def _reassigned(self, name: str, changes: dict[int, list[int] | None], eligible: set[int]
+                    ) -> tuple[TopicRecord, dict[int, tuple[PartitionState, PartitionState]], dict[int, KafkaError]]:
+        """The record and states ``changes`` (partition -> target replicas, None: cancel) lead to, and the
+        partitions refused with their error."""
+        rec = self._records[name]
+        assignment = {p: list(r) for p, r in rec.assignment.items()}
+        moving = dict(rec.reassignments)
+        states: dict[int, tuple[PartitionState, PartitionState]] = {}
+        errors: dict[int, KafkaError] = {}
+        for p, target in changes.items():
+            state = self._states.get((name, p))
+            if p not in assignment or state is None:
+                errors[p] = KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"No such partition as {name}-{p}")
+                continue
+            ongoing = moving.get(p)
+            if target is None:
+                if ongoing is None:
+                    errors[p] = KafkaError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
+                                           f"No ongoing reassignment for {name}-{p}")
+                    continue
+                assignment[p], new = reassignment.revert(state, assignment[p], ongoing, eligible)
+                del moving[p]
+                states[p] = (state, new)
+                continue
+            try:
+                reassignment.validate_target(target, self._brokers)
+            except KafkaError as e:
+                errors[p] = e
+                continue
+            assignment[p], ongoing = reassignment.plan(assignment[p], target)
+            new = state
+            if ongoing is not None and (done := reassignment.complete(state, assignment[p], ongoing, eligible)):
+                (assignment[p], new), ongoing = done, None  # every target replica is in the ISR already
+            if ongoing is None:
+                moving.pop(p, None)
+            else:
+                moving[p] = ongoing
+            states[p] = (state, new)
+        return replace(rec, assignment=assignment, reassignments=moving), states, errors
+
+    async def alter_reassignments(self, name: str, changes: dict[int, list[int] | None], *,
+                                  timeout_s: float = APPLY_TIMEOUT_S) -> dict[int, KafkaError | None]:
+        """AlterPartitionReassignments for one topic: each partition's outcome (None: accepted)."""
+        if name not in self._records:
+            err = KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+            return {p: err for p in changes}
+        for _attempt in range(5):
+            rec = self._records.get(name)
+            if rec is None:
+                err = KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' was deleted meanwhile.")
+                return {p: err for p in changes}
+            new_rec, states, errors = self._reassigned(name, changes, self.eligible_leaders())
+            if not states:
+                return {p: errors.get(p) for p in changes}
+            seen = self.revision
+            rev = await self.commit_assignment(name, new_rec, self._topic_rev[name], states)
+            if rev is not None:
+                log.info("reassignment of %s: %s", name, {p: new_rec.assignment[p] for p in states})
+                await self._wait_revision(rev, timeout_s, f"the reassignment of {name}")
+                return {p: errors.get(p) for p in changes}
+            # The topic or a partition changed since the view was read: decide again from the new view.
+            with contextlib.suppress(KafkaError):
+                await self._wait_revision(seen + 1, 2.0, "a newer view")
+        err = KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"The topic '{name}' kept changing; retry")
+        return {p: err for p in changes}
+
+    async def complete_reassignments(self, name: str) -> int:
+        """Controller duty: finish the reassignments of ``name`` whose target replicas are all in the ISR;
+        how many partitions were finished (0 also when the swap was lost: decided again next pass)."""
+        rec = self._records.get(name)
+        if rec is None or not rec.reassignments:
+            return 0
+        eligible = self.eligible_leaders()
+        assignment = {p: list(r) for p, r in rec.assignment.items()}
+        moving = dict(rec.reassignments)
+        states: dict[int, tuple[PartitionState, PartitionState]] = {}
+        for p, ongoing in rec.reassignments.items():
+            state = self._states.get((name, p))
+            done = None if state is None else reassignment.complete(state, assignment[p], ongoing, eligible)
+            if done is not None:
+                assignment[p], new = done
+                del moving[p]
+                states[p] = (state, new)
+        if not states:
+            return 0
+        new_rec = replace(rec, assignment=assignment, reassignments=moving)
+        if await self.commit_assignment(name, new_rec, self._topic_rev[name], states) is None:
+            return 0
+        log.info("reassignment of %s completed: %s", name, {p: assignment[p] for p in states})
+        return len(states)
 
 
 def _delay_after_create() -> float | None:

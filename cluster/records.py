@@ -1,4 +1,5 @@
-"""The JSON values stored in etcd: broker registrations, topics, partition state, producer-id blocks.
+"""The JSON values stored in etcd: broker registrations, topics (with ongoing reassignments), partition state,
+producer-id blocks.
 
 Values are compact UTF-8 JSON objects with a ``version`` field, so a later layout can be read next
 to this one. Numbers that etcd itself assigns (a broker's epoch is the create revision of its
@@ -50,22 +51,43 @@ class BrokerRegistration:
 
 
 @dataclass(frozen=True, slots=True)
+class Reassignment:
+    """An ongoing partition reassignment (KIP-455): the replicas being added and being removed.
+
+    While it runs, the partition's replica list (``TopicRecord.assignment``) is the union: target
+    replicas first, then the original ones not in the target, so target = replicas - removing and
+    original = replicas - adding.
+    """
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class TopicRecord:
     name: str
     topic_id: uuid.UUID
     # partition -> replica list (the first replica is the preferred leader).
     assignment: dict[int, list[int]]
     configs: dict[str, str] = field(default_factory=dict)
+    # partition -> ongoing reassignment. Written only when not empty, and read with an empty
+    # default, so records written before reassignments existed read the same.
+    reassignments: dict[int, Reassignment] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
-        return _dump({"name": self.name, "topic_id": str(self.topic_id), "configs": self.configs,
-                      "assignment": {str(p): r for p, r in sorted(self.assignment.items())}})
+        doc = {"name": self.name, "topic_id": str(self.topic_id), "configs": self.configs,
+               "assignment": {str(p): r for p, r in sorted(self.assignment.items())}}
+        if self.reassignments:
+            doc["reassignments"] = {str(p): {"adding": list(r.adding), "removing": list(r.removing)}
+                                    for p, r in sorted(self.reassignments.items())}
+        return _dump(doc)
 
     @classmethod
     def from_json(cls, value: bytes) -> TopicRecord:
         d = json.loads(value)
+        moving = {int(p): Reassignment(tuple(r["adding"]), tuple(r["removing"]))
+                  for p, r in d.get("reassignments", {}).items()}
         return cls(d["name"], uuid.UUID(d["topic_id"]), {int(p): list(r) for p, r in d["assignment"].items()},
-                   dict(d.get("configs", {})))
+                   dict(d.get("configs", {})), moving)
 
 
 @dataclass(frozen=True, slots=True)

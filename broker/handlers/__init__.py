@@ -121,6 +121,8 @@ HANDLER_MODULES = (
     "client_quotas",
     "sasl",
     "scram",
+    "elect_leaders",
+    "reassignments",
 )
 
 
