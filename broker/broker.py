@@ -163,6 +163,9 @@ class Broker:
             "kbroker.etcd.endpoints", "kbroker.etcd.username", "kbroker.etcd.password", "kbroker.etcd.ssl.cafile",
             "kbroker.etcd.ssl.certfile", "kbroker.etcd.ssl.keyfile",
             "broker.session.timeout.ms", "broker.heartbeat.interval.ms")}
+        settings.update({name: cfg.get(name) for name in (  # the controller's preferred-leader rebalance
+            "auto.leader.rebalance.enable", "leader.imbalance.check.interval.seconds",
+            "leader.imbalance.per.broker.percentage")})
         try:
             self.cluster = await ClusterNode.start(
                 settings, node_id=self.node_id,

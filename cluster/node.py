@@ -143,7 +143,7 @@ class ClusterNode:
                 raise ClusterStartError(f"refusing to start: {e}") from e
             await store.wait_for(lambda: node_id in store.live_brokers(), "this broker's registration")
             election = ControllerElection(session, keys, node_id)
-            controller = Controller(store, election, PartitionStateStore(session, keys))
+            controller = Controller(store, election, PartitionStateStore(session, keys), settings=settings)
             election.start()
             controller.start()
         except TRANSIENT_ERRORS as e:
