@@ -144,6 +144,7 @@ class Broker:
             if me.port == 0:
                 me.host, me.port = me.endpoints.get(advertised.name, (me.host, self.bound[0][1]))
         self._start_schedulers()
+        self.replica_manager.start_replication()
         log.info("kbroker node %d started (cluster id %s), log dirs %s", self.node_id, self.metadata.cluster_id,
                  ", ".join(map(str, self.log_dirs)))
 
@@ -391,6 +392,7 @@ class Broker:
         # broker.cli) bounds the rest.
         await self.replica_manager.cancel_creations()
         await self.server.stop()
+        await self.replica_manager.stop_replication()
         if self.metrics_endpoint is not None:
             await self.metrics_endpoint.stop()
         await self.txn_coordinator.stop()

@@ -30,9 +30,13 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from broker.metrics.stats import BrokerTopicStats
+from broker.replication.fetcher import ReplicaFetcherManager
+from broker.replication.isr import IsrManager
+from broker.replication.leader import LeaderState
 from protocol.errors import ErrorCode, KafkaError
 from storage import batch as B
 from storage import record_validation as RV
+from storage.log import AbortedTxn
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -54,6 +58,7 @@ _FLUSH_ALL = 1 << 63
 class AppendOutcome:
     error: ErrorCode = ErrorCode.NONE
     base_offset: int = -1
+    last_offset: int = -1
     log_append_time: int = -1
     log_start_offset: int = -1
     message: str | None = None
@@ -62,12 +67,17 @@ class AppendOutcome:
 
 
 class Partition:
-    """One partition this broker holds a replica of (a single node: leads)."""
+    """One partition this broker holds a replica of (a single node: leads).
+
+    ``replicated`` (cluster mode): the high watermark is tracked (``hw``) instead of being the log
+    end offset; ``leader_state`` is set while this broker leads the partition (followers' log end
+    offsets, acks=all waits, broker.replication.leader)."""
 
     __slots__ = ("topic", "index", "log", "leader_epoch", "_waiters", "producer_state", "max_message_bytes",
-                 "_flush_task", "_flush_waiters", "_flush_up_to")
+                 "_flush_task", "_flush_waiters", "_flush_up_to", "replicated", "hw", "leader_state")
 
-    def __init__(self, topic: str, index: int, log: Log, leader_epoch: int, max_message_bytes: int) -> None:
+    def __init__(self, topic: str, index: int, log: Log, leader_epoch: int, max_message_bytes: int, *,
+                 replicated: bool = False) -> None:
         self.topic = topic
         self.max_message_bytes = max_message_bytes
         self.index = index
@@ -80,17 +90,24 @@ class Partition:
         self._flush_task: asyncio.Task[None] | None = None
         self._flush_waiters: list[asyncio.Future[None]] = []
         self._flush_up_to = 0
+        self.replicated = replicated
+        # Replicated: committed up to here. A restarted replica starts at its log start offset and
+        # learns the real value from its leader's fetch answers (or, leading, from its followers).
+        self.hw = log.log_start_offset
+        self.leader_state: LeaderState | None = None
 
     @property
     def high_watermark(self) -> int:
-        # Single replica: everything appended is committed. Replication will track follower LEOs.
-        return self.log.log_end_offset
+        if self.replicated:
+            return max(min(self.hw, self.log.log_end_offset), self.log.log_start_offset)
+        return self.log.log_end_offset  # single replica: everything appended is committed
 
     @property
     def last_stable_offset(self) -> int:
         ps = self.producer_state
-        first_unstable = ps.first_unstable_offset() if ps is not None else None
         hw = self.high_watermark
+        # Replicated: a transaction whose marker is not yet under the high watermark is still open.
+        first_unstable = (ps.first_unstable_offset(hw if self.replicated else None) if ps is not None else None)
         return hw if first_unstable is None else min(first_unstable, hw)
 
     def add_waiter(self, fut: asyncio.Future[None]) -> None:
@@ -170,6 +187,25 @@ class ReplicaManager:
         self._creating: dict[str, asyncio.Task[None]] = {}  # topic -> its creation job
         self._deleting: dict[str, asyncio.Task[None]] = {}  # topic -> the job deleting its files
         self.topic_stats = BrokerTopicStats()  # messages / bytes in and out, for broker.metrics
+        # Cluster mode only (broker.replication): follower fetchers and the leader's ISR changes.
+        self.fetchers = ReplicaFetcherManager(self)
+        self.isr = IsrManager(self)
+
+    @property
+    def replicated(self) -> bool:
+        return self.broker.cluster is not None
+
+    def start_replication(self) -> None:
+        """Cluster mode: start the ISR expiration check (fetchers start with follower roles)."""
+        if self.replicated:
+            self.isr.start()
+
+    async def stop_replication(self) -> None:
+        await self.fetchers.stop()
+        await self.isr.stop()
+        for part in self.partitions.values():
+            if part.leader_state is not None:
+                part.leader_state.fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -191,33 +227,207 @@ class ReplicaManager:
             return None, ErrorCode.NOT_LEADER_OR_FOLLOWER
         if md.leader(topic, partition) != self.broker.node_id or md.fenced():
             return None, ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if part.replicated and part.leader_state is None:
+            return None, ErrorCode.NOT_LEADER_OR_FOLLOWER  # leadership not taken up yet
         return part, ErrorCode.NONE
 
-    def min_isr_error(self, part: Partition) -> ErrorCode:
-        """Cluster mode, acks=all: NOT_ENOUGH_REPLICAS while the ISR is smaller than the topic's
-        min.insync.replicas (Kafka's Partition.appendRecordsToLeader). A single node keeps
-        accepting, as before cluster mode existed."""
+    def update_leadership(self, topic: str) -> None:
+        """Cluster mode: a leader, leader epoch, ISR or assignment of the topic changed in metadata.
+        Replicas newly assigned here are created (they start as followers), replicas no longer
+        assigned are dropped, and every local replica takes its role for the new state. Fetches
+        waiting on any of them wake up to answer with the new state."""
+        md = self.broker.metadata
+        info = md.get_topic(topic)
+        if info is None:
+            return
+        if any((topic, p) not in self.partitions and self.is_local(topic, p) for p in range(info.num_partitions)):
+            self.start_creation(topic, info.topic_id)
+        gone = [k for k in self.partitions if k[0] == topic and not self.is_local(*k)]
+        if gone:
+            self._drop_replicas(gone)
+        for (t, _p), part in list(self.partitions.items()):
+            if t == topic:
+                self.apply_role(part)
+                part.wake_waiters()
+
+    def apply_role(self, part: Partition) -> None:
+        """Lead, follow or idle according to metadata (Kafka's makeLeader / makeFollower)."""
+        md = self.broker.metadata
+        t, p = part.topic, part.index
+        epoch = md.leader_epoch(t, p)
+        leader = md.leader(t, p)
+        me = self.broker.node_id
+        if not part.replicated:
+            if epoch != part.leader_epoch:
+                part.leader_epoch = epoch
+                part.log.assign_leader_epoch(epoch, part.log.log_end_offset)
+            return
+        now = int(time.time() * 1000)
+        if leader == me:
+            ls = part.leader_state
+            if ls is None or ls.epoch != epoch:
+                self.fetchers.remove(part)
+                if ls is not None:
+                    ls.fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                part.leader_epoch = epoch
+                part.log.assign_leader_epoch(epoch, part.log.log_end_offset)
+                followers = [r for r in md.replicas(t, p) if r != me]
+                part.leader_state = LeaderState(epoch, part.log.log_end_offset, followers, now)
+                log.info("%s-%d: leading epoch %d from offset %d (high watermark %d, ISR %s)", t, p, epoch,
+                         part.log.log_end_offset, part.high_watermark, md.isr(t, p))
+            else:
+                for r in md.replicas(t, p):
+                    if r != me:
+                        ls.add_follower(r, now)
+            self.maybe_advance_high_watermark(part)
+            return
+        if part.leader_state is not None:
+            part.leader_state.fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            part.leader_state = None
+            log.info("%s-%d: no longer leader (leader %d, epoch %d)", t, p, leader, epoch)
+        part.leader_epoch = epoch
+        if leader >= 0:
+            self.fetchers.add(part, leader)
+        else:
+            self.fetchers.remove(part)
+
+    def _drop_replicas(self, keys: list[tuple[str, int]]) -> None:
+        """Replicas reassigned away from this broker: stop serving and fetching them, delete their logs."""
+        lm = self.broker.log_manager
+        logs = []
+        for key in keys:
+            part = self.partitions.pop(key)
+            self.fetchers.remove(part)
+            if part.leader_state is not None:
+                part.leader_state.fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                part.leader_state = None
+            part.wake_waiters()
+            lg = lm.detach_log(*key)
+            if lg is not None:
+                logs.append(lg)
+        if logs:
+            topic = keys[0][0]
+            previous = self._deleting.get(topic)
+            job = asyncio.create_task(self._delete_logs(topic, logs, previous), name=f"delete-replicas-{topic}")
+            self._deleting[topic] = job
+            job.add_done_callback(partial(self._deletion_done, topic))
+
+    # --- replication (cluster mode) --------------------------------------------------------
+
+    def record_follower_fetch(self, part: Partition, replica: int, fetch_offset: int) -> None:
+        """Leader: a follower fetched from ``fetch_offset`` (its log end offset)."""
+        ls = part.leader_state
+        if ls is None:
+            return
+        fs = ls.record_fetch(replica, fetch_offset, part.log.log_end_offset, int(time.time() * 1000))
+        if fs is None:
+            return
+        self.isr.maybe_expand(part, replica)
+        self.maybe_advance_high_watermark(part)
+
+    def maybe_advance_high_watermark(self, part: Partition) -> None:
+        """Leader: HW = min log end offset over the (maximal) ISR; never while fenced (another
+        leader may be elected already), never backwards. Answers the acks=all produces it covers
+        and wakes waiting fetches."""
+        ls = part.leader_state
+        md = self.broker.metadata
+        if ls is None or md.fenced():
+            return
+        isr = md.isr(part.topic, part.index)
+        new = ls.high_watermark_candidate(isr, self.broker.node_id, part.log.log_end_offset)
+        if new is None or new <= part.hw:
+            return
+        part.hw = new
+        ls.complete_waiters(part.high_watermark, lambda: self.min_isr_error(part, after_append=True))
+        part.wake_waiters()
+
+    async def wait_replicated(self, part: Partition, required_offset: int, timeout_s: float) -> ErrorCode:
+        """acks=all: wait until the high watermark reaches ``required_offset`` (the offset after the
+        batch). NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND (ISR below min.insync.replicas by then),
+        NOT_LEADER_OR_FOLLOWER (leadership lost) or REQUEST_TIMED_OUT."""
+        ls = part.leader_state
+        if not part.replicated:
+            return ErrorCode.NONE
+        if ls is None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if part.high_watermark >= required_offset:
+            return self.min_isr_error(part, after_append=True)
+        fut = ls.add_waiter(required_offset)
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), max(timeout_s, 0))
+        except TimeoutError:
+            return ErrorCode.REQUEST_TIMED_OUT
+        finally:
+            ls.remove_waiter(fut)
+
+    async def append_as_follower(self, part: Partition, records: bytes | bytearray) -> None:
+        """Follower: append the leader's batches as they are, and replay them into producer state
+        and the transaction index, so idempotence and transactions survive a failover."""
+        buf = bytearray(records)
+        try:
+            headers = list(B.iter_headers(buf, check=True))
+        except B.InvalidBatchError as e:
+            # A fetch answer cut inside a batch, or damaged on the way: keep the whole batches.
+            headers = []
+            for h in B.iter_headers(buf, check=False):
+                if h.position + h.size > len(buf):
+                    break
+                headers.append(h)
+            if not headers:
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{part.topic}-{part.index}: {e}") from None
+        if not headers:
+            return
+        lg = part.log
+        now = int(time.time() * 1000)
+        result = lg.append_as_follower(buf, headers, now_ms=now)
+        ps = part.producer_state
+        if ps is not None:
+            for h in headers:
+                if not h.has_producer_id:
+                    continue
+                if h.is_control:
+                    done = ps.update_from_log(h, buf)
+                    if done is not None and done.is_aborted:
+                        lg.add_aborted_txn(AbortedTxn(done.producer_id, done.first_offset, done.last_offset,
+                                                      done.last_stable_offset))
+                else:
+                    ps.update_from_log(h)
+        part.wake_waiters()
+        if result.flush_due:
+            await self.flush(part)
+
+    def truncate_follower(self, part: Partition, offset: int, *, fully: bool = False) -> None:
+        if fully:
+            part.log.truncate_fully_and_start_at(offset)
+            part.hw = offset
+        else:
+            part.log.truncate_to(offset)
+        part.wake_waiters()
+
+    def update_follower_high_watermark(self, part: Partition, leader_hw: int, leader_log_start: int) -> None:
+        """Follower: HW = min(leader's, own log end offset); the log start follows the leader's
+        (DeleteRecords, retention) as Kafka's maybeIncrementLogStartOffset."""
+        lg = part.log
+        new = min(leader_hw, lg.log_end_offset)
+        if new > part.hw:
+            part.hw = new
+            part.wake_waiters()
+        if leader_log_start > lg.log_start_offset:
+            lg.delete_records_before(min(leader_log_start, part.high_watermark, lg.log_end_offset))
+
+    def min_isr_error(self, part: Partition, *, after_append: bool = False) -> ErrorCode:
+        """Cluster mode, acks=all: NOT_ENOUGH_REPLICAS (before the append) or
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND while the ISR is smaller than the topic's
+        min.insync.replicas (Kafka's Partition.appendRecordsToLeader / checkEnoughReplicasReachOffset).
+        A single node keeps accepting, as before cluster mode existed."""
         if self.broker.cluster is None:
             return ErrorCode.NONE
         md = self.broker.metadata
         info = md.get_topic(part.topic)
         min_isr = int(self.broker.topic_properties(info.configs if info else {}).get("min.insync.replicas", 1))
-        return ErrorCode.NOT_ENOUGH_REPLICAS if len(md.isr(part.topic, part.index)) < min_isr else ErrorCode.NONE
-
-    def update_leadership(self, topic: str) -> None:
-        """Cluster mode: a leader, leader epoch or ISR of the topic changed in metadata. A local
-        replica takes the new leader epoch; one that became leader starts that epoch at its log
-        end. Fetches waiting on any of them wake up to answer with the new state."""
-        md = self.broker.metadata
-        for (t, p), part in self.partitions.items():
-            if t != topic:
-                continue
-            epoch = md.leader_epoch(t, p)
-            if epoch != part.leader_epoch:
-                part.leader_epoch = epoch
-                if md.leader(t, p) == self.broker.node_id:
-                    part.log.assign_leader_epoch(epoch, part.log.log_end_offset)
-            part.wake_waiters()
+        if len(md.isr(part.topic, part.index)) >= min_isr:
+            return ErrorCode.NONE
+        return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND if after_append else ErrorCode.NOT_ENOUGH_REPLICAS
 
     def ensure_topic(self, topic: str, num_partitions: int, configs: dict[str, str]) -> None:
         log_config = self.broker.log_config_for(configs)
@@ -226,8 +436,18 @@ class ReplicaManager:
             if (topic, p) not in self.partitions and self.is_local(topic, p):
                 lg = self.broker.log_manager.get_or_create_log(topic, p, log_config)
                 epoch = self.broker.metadata.leader_epoch(topic, p)
-                lg.assign_leader_epoch(epoch, lg.log_end_offset)
-                self.partitions[(topic, p)] = Partition(topic, p, lg, epoch, max_bytes)
+                part = self._new_partition(topic, p, lg, epoch, max_bytes)
+                self.apply_role(part)
+
+    def _new_partition(self, topic: str, p: int, lg: Log, epoch: int, max_bytes: int) -> Partition:
+        # The epoch is taken by apply_role: a leader starts it at its log end; a follower only
+        # records it (its log gets the epoch from the leader's batches).
+        part = Partition(topic, p, lg, -1 if self.replicated else epoch, max_bytes, replicated=self.replicated)
+        if not self.replicated:
+            lg.assign_leader_epoch(epoch, lg.log_end_offset)
+            part.leader_epoch = epoch
+        self.partitions[(topic, p)] = part
+        return part
 
     def start_creation(self, topic: str, topic_id: uuid.UUID) -> None:
         """Create, in the background and in steps, the logs of the topic's partitions this broker
@@ -292,7 +512,9 @@ class ReplicaManager:
                 return
             log_config = self.broker.log_config_for(info.configs)
             max_bytes = self.broker.max_message_bytes_for(info.configs)
-            epochs = {p: md.leader_epoch(topic, p) for p in chunk}
+            # Replicated: a new log gets its epochs from its leader's batches, or, leading, from
+            # apply_role at its log end offset; an epoch entry made here would claim offset 0.
+            epochs = {p: -1 if self.replicated else md.leader_epoch(topic, p) for p in chunk}
             # Logs already on disk (loaded at start-up) only need their Partition.
             new = [p for p in chunk if lm.get_log(topic, p) is None]
             opened: list[tuple[int, Log]] = []
@@ -313,8 +535,8 @@ class ReplicaManager:
                 lm.register_log(topic, p, lg)
             for p in chunk:
                 lg = lm.get_or_create_log(topic, p, log_config)  # registered: only a config check
-                lg.assign_leader_epoch(epochs[p], lg.log_end_offset)  # no-op for the new ones
-                self.partitions[(topic, p)] = Partition(topic, p, lg, epochs[p], max_bytes)
+                part = self._new_partition(topic, p, lg, md.leader_epoch(topic, p), max_bytes)
+                self.apply_role(part)
             await asyncio.sleep(0)  # let requests in between steps even when nothing went to a thread
 
     async def _abandon_step(self, topic: str, topic_id: uuid.UUID, partitions: list[int],
@@ -347,6 +569,10 @@ class ReplicaManager:
         logs = []
         for key in [k for k in self.partitions if k[0] == topic]:
             part = self.partitions.pop(key)
+            self.fetchers.remove(part)
+            if part.leader_state is not None:
+                part.leader_state.fail_waiters(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                part.leader_state = None
             part.wake_waiters()
             lg = lm.detach_log(*key)
             if lg is not None:
@@ -437,8 +663,8 @@ class ReplicaManager:
                     # The original may still wait for its fsync (its flush in flight, or failed):
                     # the retry is acknowledged no earlier.
                     due = dup.last_offset >= lg.recovery_point and lg.flush_messages_due()
-                    return AppendOutcome(base_offset=dup.first_offset, log_start_offset=lg.log_start_offset,
-                                         flush_due=due)
+                    return AppendOutcome(base_offset=dup.first_offset, last_offset=dup.last_offset,
+                                         log_start_offset=lg.log_start_offset, flush_due=due)
                 if h.is_transactional:
                     self._verify_txn(part, h, transactional_id)
                 ps.validate(h, now_ms=now)
@@ -455,7 +681,10 @@ class ReplicaManager:
             return AppendOutcome(error=ErrorCode(code), message=str(e), log_start_offset=lg.log_start_offset)
         part.wake_waiters()
         self.topic_stats.on_append(part.topic, len(buf), sum(x.records_count for x in headers))
-        return AppendOutcome(base_offset=result.first_offset, log_append_time=result.log_append_time,
+        if part.leader_state is not None:
+            self.maybe_advance_high_watermark(part)  # an ISR of one commits at once
+        return AppendOutcome(base_offset=result.first_offset, last_offset=result.last_offset,
+                             log_append_time=result.log_append_time,
                              log_start_offset=lg.log_start_offset, flush_due=result.flush_due)
 
     def _verify_txn(self, part: Partition, h: B.BatchHeader, transactional_id: str | None) -> None:
@@ -488,6 +717,8 @@ class ReplicaManager:
                 if h.has_producer_id and not h.is_control:
                     ps.update(h, now_ms=now)
         part.wake_waiters()
+        if part.leader_state is not None:
+            self.maybe_advance_high_watermark(part)
         # Callers await flush_due() before answering, so flush.messages holds for coordinator writes too.
         return result.first_offset
 

@@ -354,9 +354,15 @@ class EtcdMetadataStore(MetadataStore):
         return ok
 
     def _initial_states(self, assignment: dict[int, list[int]]) -> list[tuple[int, PartitionState]]:
-        # No replication yet (next slice of issue 14): the ISR is the leader alone, so acks=all
-        # with min.insync.replicas > 1 answers NOT_ENOUGH_REPLICAS, which is the honest answer.
-        return [(p, PartitionState(replicas[0], 0, (replicas[0],), 0)) for p, replicas in sorted(assignment.items())]
+        # As Kafka: a new partition's ISR is its live replicas (all empty, so all in sync); the
+        # leader is the first live one. Followers that then fall behind leave the ISR through
+        # their leader (broker.replication).
+        live = self.live_brokers()
+        states = []
+        for p, replicas in sorted(assignment.items()):
+            isr = tuple(r for r in replicas if r in live) or (replicas[0],)
+            states.append((p, PartitionState(isr[0], 0, isr, 0)))
+        return states
 
     async def _write_partitions(self, topic: str, states: list[tuple[int, PartitionState]]) -> None:
         tx = self.session.client.transactions

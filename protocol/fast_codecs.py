@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
 _PROD_HEAD = struct.Struct(">hi")  # acks, timeout_ms
 
 
@@ -163,6 +164,10 @@ class FetchPartitionOut:
     log_start_offset: int
     aborted: list[tuple[int, int]] | None  # (producer_id, first_offset); None = null
     records: bytes | memoryview
+    # v12+ tagged fields: DivergingEpoch (tag 0, a follower's log diverges: (epoch, end offset))
+    # and CurrentLeader (tag 1, KIP-951: (leader id, leader epoch) with NOT_LEADER_OR_FOLLOWER).
+    diverging_epoch: tuple[int, int] | None = None
+    current_leader: tuple[int, int] | None = None
 
 
 _PART_HEAD = struct.Struct(">ihqqq")
@@ -171,9 +176,28 @@ _ABORTED = struct.Struct(">qq")
 _FETCH_HEAD = struct.Struct(">ihi")
 
 
+def _tagged(fields: list[tuple[int, bytes]]) -> bytes:
+    """A tagged-field section: count, then (tag, size, bytes) in tag order."""
+    out = bytearray(_enc_uvarint(len(fields)))
+    for tag, data in fields:
+        out += _enc_uvarint(tag) + _enc_uvarint(len(data)) + data
+    return bytes(out)
+
+
+def _compact_str(value: str | None) -> bytes:
+    if value is None:
+        return b"\0"
+    raw = value.encode()
+    return _enc_uvarint(len(raw) + 1) + raw
+
+
 def encode_fetch_response(version: int, error_code: int, session_id: int,
-                          topics: list[tuple[str | None, object, list[FetchPartitionOut]]]) -> list[bytes | memoryview]:
-    """FetchResponse v4-v17 body as chunks; ``topics`` holds (name, topic_id uuid, partitions)."""
+                          topics: list[tuple[str | None, object, list[FetchPartitionOut]]],
+                          node_endpoints: list[tuple[int, str, int, str | None]] | None = None,
+                          ) -> list[bytes | memoryview]:
+    """FetchResponse v4-v17 body as chunks; ``topics`` holds (name, topic_id uuid, partitions);
+    ``node_endpoints`` (v16+, KIP-951): (node id, host, port, rack) of leaders named in
+    CurrentLeader fields."""
     flexible = version >= 12
     out: list[bytes | memoryview] = []
     head = bytearray()
@@ -212,10 +236,21 @@ def encode_fetch_response(version: int, error_code: int, session_id: int,
                 out.append(p.records)
                 head = bytearray()
             if flexible:
-                head += b"\0"  # partition tagged fields
+                tags = []
+                if p.diverging_epoch is not None:
+                    tags.append((0, _I32.pack(p.diverging_epoch[0]) + _I64.pack(p.diverging_epoch[1]) + b"\0"))
+                if p.current_leader is not None:
+                    tags.append((1, _I32.pack(p.current_leader[0]) + _I32.pack(p.current_leader[1]) + b"\0"))
+                head += _tagged(tags) if tags else b"\0"  # partition tagged fields
         if flexible:
             head += b"\0"  # topic tagged fields
     if flexible:
-        head += b"\0"  # top-level tagged fields
+        if node_endpoints and version >= 16:
+            body = bytearray(_enc_uvarint(len(node_endpoints) + 1))
+            for node, host, port, rack in node_endpoints:
+                body += _I32.pack(node) + _compact_str(host) + _I32.pack(port) + _compact_str(rack) + b"\0"
+            head += _tagged([(0, bytes(body))])
+        else:
+            head += b"\0"  # top-level tagged fields
     out.append(bytes(head))
     return out

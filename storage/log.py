@@ -455,6 +455,42 @@ class Log:
         return AppendResult(first, offset - 1, max_ts, now_ms if log_append_time else -1,
                             self.flush_messages_due())
 
+    def append_as_follower(self, buf: bytearray | memoryview, headers: list[BatchHeader], *, now_ms: int) -> AppendResult:
+        """Replication: append batches exactly as the leader wrote them (offsets, leader epochs and
+        timestamps kept, so replicas are byte-identical). They must continue the log: the first
+        base offset is the log end offset and the batches are contiguous. A batch with a newer
+        partition leader epoch starts that epoch in the cache, as Kafka's follower append does."""
+        if not headers:
+            raise ValueError("append of no batches")
+        first = expected = self.log_end_offset
+        max_ts = -1
+        size = 0
+        for h in headers:
+            if h.base_offset != expected:
+                raise ValueError(f"{self.dir.name}: replicated batch at offset {h.base_offset}, expected {expected}")
+            expected = h.base_offset + h.last_offset_delta + 1
+            if h.max_timestamp > max_ts:
+                max_ts = h.max_timestamp
+            size += h.batch_length + rb.LOG_OVERHEAD
+        seg = self.segments[-1]
+        cfg = self.config
+        if seg.should_roll(size, max_ts, expected - 1, now_ms, cfg.segment_bytes, cfg.segment_ms):
+            self.roll(now_ms)
+            seg = self.segments[-1]
+        start = headers[0].position
+        end = headers[-1].position + headers[-1].batch_length + rb.LOG_OVERHEAD
+        if end - start == size:
+            seg.append(buf, start, end, headers)
+        else:
+            for h in headers:
+                seg.append(buf, h.position, h.position + h.size, [h])
+        self.log_end_offset = expected
+        for h in headers:
+            epoch = h.partition_leader_epoch
+            if epoch >= 0 and epoch > self.latest_epoch:
+                self.assign_leader_epoch(epoch, h.base_offset)
+        return AppendResult(first, expected - 1, max_ts, -1, self.flush_messages_due())
+
     def roll(self, now_ms: int | None = None) -> None:
         """Start a new active segment at the log end offset (no-op if the active one is empty there)."""
         now = _now(now_ms)
@@ -736,6 +772,14 @@ class Log:
         self._truncate_epochs_from_end(self.log_end_offset)
         self._rebuild_producer_state(now)
 
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Replication: drop the whole log and continue at ``offset`` (a follower that fell below
+        the leader's log start offset)."""
+        now = now_ms()
+        self._truncate_fully_and_start_at(offset, now)
+        log.info("%s: truncated fully, log now starts at offset %d", self.dir, offset)
+        self._rebuild_producer_state(now)
+
     def _truncate_fully_and_start_at(self, offset: int, now: int) -> None:
         self._generation += 1
         for seg in list(self.segments):
@@ -788,16 +832,19 @@ class Log:
         return self.leader_epoch_entries[-1][0] if self.leader_epoch_entries else UNDEFINED_EPOCH
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
-        """OffsetForLeaderEpoch: (largest epoch <= requested, its end offset), Kafka's semantics."""
+        """OffsetsForLeaderEpoch: (largest epoch <= requested, the start offset of the next epoch
+        or the log end offset for the latest), as Kafka's LeaderEpochFileCache.endOffsetFor: an
+        epoch below the first entry answers (requested epoch, first entry's start offset); one
+        above the latest, or none, answers (UNDEFINED_EPOCH, UNDEFINED_OFFSET)."""
         entries = self.leader_epoch_entries
-        if not entries or epoch < entries[0][0]:
+        if epoch < 0 or not entries:
             return UNDEFINED_EPOCH, UNDEFINED_OFFSET
         if epoch == entries[-1][0]:
             return epoch, self.log_end_offset
-        for i, (e, _) in enumerate(entries):
+        for i, (e, start) in enumerate(entries):
             if e > epoch:
-                return entries[i - 1][0], entries[i][1]
-        return entries[-1][0], self.log_end_offset
+                return (epoch, start) if i == 0 else (entries[i - 1][0], start)
+        return UNDEFINED_EPOCH, UNDEFINED_OFFSET
 
     def _truncate_epochs_from_end(self, end_offset: int) -> None:
         kept = [(e, o) for e, o in self.leader_epoch_entries if o < end_offset]

@@ -18,7 +18,12 @@ batches of a producer answers with the original base offset. acks must be -1, 0 
 the connection so the client notices. On one node acks=all equals acks=1 (the ISR is the leader).
 Cluster mode: a partition this broker does not lead (or any, while its etcd session is fenced)
 answers NOT_LEADER_OR_FOLLOWER, from v10 with KIP-951's current_leader and node_endpoints; acks=all
-while the ISR is smaller than min.insync.replicas answers NOT_ENOUGH_REPLICAS.
+while the ISR is smaller than min.insync.replicas answers NOT_ENOUGH_REPLICAS (nothing appended).
+acks=all is answered once the high watermark covers the batch (the ISR has it, Kafka's
+DelayedProduce): NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below min.insync.replicas
+meanwhile, NOT_LEADER_OR_FOLLOWER when the leadership moved, REQUEST_TIMED_OUT after the
+request's timeout_ms. The high watermark never advances while this broker's etcd session is
+fenced, so a cut-off leader stops acknowledging before another can be elected.
 
 Durability: when an append reaches flush.messages, the partition's log is flushed (fsync in an
 executor, see ReplicaManager.flush) and, with acks=1/-1, the response waits for that flush, so
@@ -72,6 +77,20 @@ def _all_failed(request, v: int, code: ErrorCode) -> ProduceResponse:
         for td in request.topic_data])
 
 
+async def _wait_replicated(rm, waits: list[tuple[Partition, int, object]], timeout_s: float) -> None:
+    """acks=all in a cluster: every appended batch waits for the high watermark, all at once,
+    bounded by the request's timeout."""
+    codes = await asyncio.gather(*(rm.wait_replicated(part, offset, timeout_s) for part, offset, _ in waits))
+    for (part, _, resp), code in zip(waits, codes, strict=True):
+        if code != ErrorCode.NONE and resp.error_code == ErrorCode.NONE:
+            resp.error_code = code
+            resp.error_message = {
+                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: "The size of the current ISR is insufficient to satisfy "
+                                                            "the min.isr requirement after the append",
+                ErrorCode.REQUEST_TIMED_OUT: f"Replication of {part.topic}-{part.index} did not complete in time",
+            }.get(code, f"{part.topic}-{part.index}: leadership moved before the write was replicated")
+
+
 def _has_transactional_records(request) -> bool:
     """Kafka's RequestUtils.hasTransactionalRecords: the first batch of some partition is a v2 batch with
     the transactional attribute (magic at byte 16, attributes int16 at 21, bit 0x10)."""
@@ -98,6 +117,7 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
     acks = request.acks
     responses = []
     due: dict[Partition, list] = {}  # partitions whose append reached flush.messages -> their responses
+    replicated: list[tuple[Partition, int, object]] = []  # acks=all in a cluster: (partition, offset to reach, response)
     if _has_transactional_records(request) and not (
             request.transactional_id
             and ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)):
@@ -113,6 +133,7 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
         parts = []
         for pd in td.partition_data:
             flush_part = None
+            pending_offset = -1
             record_errors: list = []
             if acks not in (-1, 0, 1):
                 outcome_code, base, lat, lso, msg = ErrorCode.INVALID_REQUIRED_ACKS, -1, -1, -1, None
@@ -144,6 +165,8 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
                                          for i, m in o.record_errors]
                     if o.flush_due:
                         flush_part = part
+                    if acks == -1 and part.replicated and o.error == ErrorCode.NONE:
+                        pending_offset = o.last_offset + 1
             if outcome_code != ErrorCode.NONE:
                 failed = True
             resp = PartResp(version=v, index=pd.index, error_code=outcome_code, base_offset=base,
@@ -157,6 +180,8 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
                                                                  leader_epoch=md.leader_epoch(name, pd.index))
                 new_leaders.add(leader)
             parts.append(resp)
+            if pending_offset >= 0:
+                replicated.append((part, pending_offset, resp))
             if flush_part is not None:
                 due.setdefault(flush_part, []).append(resp)
         responses.append(TopicResp(version=v, name=name, partition_responses=parts))
@@ -177,6 +202,8 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
                     resp.error_code = ErrorCode.KAFKA_STORAGE_ERROR
                     resp.base_offset = resp.log_append_time_ms = -1
                     resp.error_message = f"Flushing {part.topic}-{part.index} to disk failed: {res!r}"
+    if replicated:
+        await _wait_replicated(rm, replicated, request.timeout_ms / 1000)
     endpoints = {}
     if new_leaders:
         endpoints["node_endpoints"] = [

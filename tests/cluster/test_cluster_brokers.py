@@ -3,8 +3,9 @@
 Covered: registration (a live duplicate node.id and a foreign cluster id refuse to start, node.id is
 required); a 6-partition RF=1 topic spread over the 3 brokers that confluent-kafka produces to and
 consumes from (following the leaders), idempotent producers getting cluster-unique ids, kcat -L
-seeing 3 brokers; an RF=3 topic whose metadata lists 3 replicas and ISR [leader] and whose acks=all
-produce with min.insync.replicas=2 gets NOT_ENOUGH_REPLICAS; produce to a non-leader answers
+seeing 3 brokers; an RF=3 topic whose metadata lists 3 replicas, all in the ISR, and whose acks=all
+produce with min.insync.replicas=2 is replicated, and once both followers are gone gets
+NOT_ENOUGH_REPLICAS; produce to a non-leader answers
 NOT_LEADER_OR_FOLLOWER; kill -9 of the controller: partitions with another live ISR member move
 there (epoch + 1), the others go offline (leader -1, offline replica listed), a new controller is
 elected.
@@ -181,14 +182,23 @@ def test_rf3_metadata_and_acks_all_min_isr(cluster: BrokerCluster) -> None:
                        "leaders of rf3")
     for p in parts.values():
         assert sorted(p.replica_nodes) == [1, 2, 3]
-        assert p.isr_nodes == [p.leader_id] == p.replica_nodes[:1]
+        assert p.isr_nodes == p.replica_nodes and p.leader_id == p.replica_nodes[0]
         assert p.leader_epoch == 0 and p.offline_replicas == []
     # The cluster id created once in etcd is every broker's, and written to its meta.properties.
     cluster_id = metadata(b2).cluster_id
     for b in cluster.brokers.values():
         assert metadata(b).cluster_id == cluster_id
         assert f"cluster.id={cluster_id}" in (b.data_dir / "meta.properties").read_text()
-    leader = cluster.brokers[parts[0].leader_id]
+    leader_id = parts[0].leader_id
+    leader = cluster.brokers[leader_id]
+    assert produce_raw(leader, "rf3", 0, acks=-1) == ErrorCode.NONE  # replicated to the ISR
+    assert produce_raw(leader, "rf3", 0, acks=1) == ErrorCode.NONE
+    # With the two followers stopped and gone from the ISR (the controller removes dead brokers),
+    # acks=all is refused before the append: NOT_ENOUGH_REPLICAS.
+    for node, b in cluster.brokers.items():
+        if node != leader_id:
+            b.stop()
+    wait_until(lambda: partitions(leader, "rf3")[0].isr_nodes == [leader_id], "the ISR shrunk to the leader")
     assert produce_raw(leader, "rf3", 0, acks=-1) == ErrorCode.NOT_ENOUGH_REPLICAS
     assert produce_raw(leader, "rf3", 0, acks=1) == ErrorCode.NONE
 

@@ -64,7 +64,8 @@ async def test_views_follow_topic_changes(stores) -> None:
     for p in range(4):
         replicas = b.replicas("t", p)
         assert sorted(replicas) == [1, 2]
-        assert b.leader("t", p) == replicas[0] and b.isr("t", p) == replicas[:1] and b.leader_epoch("t", p) == 0
+        # As Kafka: a new partition's ISR is its live replicas, led by the first.
+        assert b.leader("t", p) == replicas[0] and b.isr("t", p) == replicas and b.leader_epoch("t", p) == 0
     with pytest.raises(KafkaError) as e:
         await b.create_topic("t", 1, {})
     assert e.value.code == ErrorCode.TOPIC_ALREADY_EXISTS

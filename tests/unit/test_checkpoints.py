@@ -71,12 +71,16 @@ def test_log_leader_epochs(tmp_path: Path) -> None:
     assert lg.end_offset_for_epoch(5) == (5, 7)
     assert lg.end_offset_for_epoch(2) == (2, 6)
     assert lg.end_offset_for_epoch(1) == (0, 3)
-    assert lg.end_offset_for_epoch(9) == (5, 7)
+    # Kafka's LeaderEpochFileCache.endOffsetFor: above the latest epoch nothing is known; below
+    # the first entry the requested epoch ends where the first entry starts.
+    assert lg.end_offset_for_epoch(9) == (-1, -1)
+    assert lg.end_offset_for_epoch(-1) == (-1, -1)
     lg.truncate_to(6)
     assert lg.log_end_offset == 6
     assert lg.leader_epoch_entries == [(0, 0), (2, 3)]
     lg.delete_records_before(4)
     assert lg.leader_epoch_entries == [(2, 4)]
+    assert lg.end_offset_for_epoch(1) == (1, 4)
     lg.close()
     lg = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=200), clean_shutdown=True, log_start_offset=4)
     assert lg.leader_epoch_entries == [(2, 4)]

@@ -1,0 +1,261 @@
+"""Follower fetchers (Kafka's ReplicaFetcherManager / ReplicaFetcherThread, as asyncio tasks).
+
+A follower partition is fetched by one fetcher per (leader, fetcher id): ``num.replica.fetchers``
+fetchers per leader, a partition going to ``hash(topic, partition) % num.replica.fetchers``. A
+fetcher holds one connection to the leader's advertised address on ``inter.broker.listener.name``
+(default: the first listener) and sends Fetch v12 requests: replica_id = this node, the current
+leader epoch, the log end offset as fetch offset and the latest local epoch as last_fetched_epoch,
+``replica.fetch.max.bytes`` per partition, ``replica.fetch.response.max.bytes`` in all,
+``replica.fetch.min.bytes`` and ``replica.fetch.wait.max.ms`` for the long poll. Answers:
+
+* records: appended exactly as the leader wrote them (ReplicaManager.append_as_follower), then the
+  follower's high watermark = min(leader's, own log end offset);
+* diverging_epoch: the local log is truncated (replication.truncation) and fetching goes on;
+* OFFSET_OUT_OF_RANGE below the leader's log start: the log restarts at the leader's log start;
+  otherwise it is truncated to the local high watermark;
+* NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION: the
+  partition waits ``replica.fetch.backoff.ms`` (metadata will move it to the right leader);
+* a broken connection: reconnect after ``replica.fetch.backoff.ms``.
+
+Deviation: the inter-broker connection is plaintext without SASL (security on the inter-broker
+listener is not implemented yet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import zlib
+from typing import TYPE_CHECKING
+
+from kafka.protocol.consumer import FetchRequest
+
+from broker.replication.truncation import truncation_offset
+from protocol.client import ProtocolClient
+from protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.replica_manager import Partition, ReplicaManager
+
+log = logging.getLogger("broker.replication.fetcher")
+
+FETCH_VERSION = 12
+_T = FetchRequest.FetchTopic
+_P = FetchRequest.FetchTopic.FetchPartition
+
+
+def fetcher_id(topic: str, partition: int, num_fetchers: int) -> int:
+    return (zlib.crc32(topic.encode()) * 31 + partition) % max(num_fetchers, 1)
+
+
+class ReplicaFetcherManager:
+    def __init__(self, rm: ReplicaManager) -> None:
+        self.rm = rm
+        self.broker = rm.broker
+        self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+        self._of: dict[tuple[str, int], ReplicaFetcher] = {}
+
+    def _setting(self, name: str, default: int) -> int:
+        value = self.broker.config.get(name)
+        return default if value is None else int(value)
+
+    def add(self, part: Partition, leader: int) -> None:
+        """Fetch ``part`` from ``leader`` (moving it off another fetcher if needed)."""
+        key = (part.topic, part.index)
+        n = self._setting("num.replica.fetchers", 1)
+        fkey = (leader, fetcher_id(part.topic, part.index, n))
+        current = self._of.get(key)
+        if current is not None and current.key == fkey:
+            current.partitions[key] = part
+            current.delay.pop(key, None)
+            current.wake()
+            return
+        self.remove(part)
+        f = self.fetchers.get(fkey)
+        if f is None:
+            f = self.fetchers[fkey] = ReplicaFetcher(self, leader, fkey[1])
+            f.start()
+        f.partitions[key] = part
+        self._of[key] = f
+        f.wake()
+
+    def remove(self, part: Partition) -> None:
+        key = (part.topic, part.index)
+        f = self._of.pop(key, None)
+        if f is not None:
+            f.partitions.pop(key, None)
+            f.delay.pop(key, None)
+
+    async def stop(self) -> None:
+        fetchers = list(self.fetchers.values())
+        self.fetchers.clear()
+        self._of.clear()
+        await asyncio.gather(*(f.stop() for f in fetchers), return_exceptions=True)
+
+    async def shutdown_idle(self) -> None:
+        for fkey, f in list(self.fetchers.items()):
+            if not f.partitions:
+                del self.fetchers[fkey]
+                await f.stop()
+
+
+class ReplicaFetcher:
+    def __init__(self, manager: ReplicaFetcherManager, leader: int, fid: int) -> None:
+        self.manager = manager
+        self.rm = manager.rm
+        self.broker = manager.broker
+        self.leader = leader
+        self.key = (leader, fid)
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.delay: dict[tuple[str, int], float] = {}  # partition -> monotonic time to fetch again
+        self._client: ProtocolClient | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{self.leader}-{self.key[1]}")
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        await self._close()
+
+    async def _close(self) -> None:
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._client.close()
+            self._client = None
+
+    def _backoff_s(self) -> float:
+        return self.manager._setting("replica.fetch.backoff.ms", 1000) / 1000
+
+    def _address(self) -> tuple[str, int] | None:
+        cfg = self.broker.config
+        listener = cfg.get("inter.broker.listener.name") or cfg.listeners[0].name
+        for b in self.broker.metadata.brokers():
+            if b.node_id == self.leader:
+                return b.address(listener)
+        return None
+
+    async def _connect(self) -> ProtocolClient | None:
+        if self._client is not None:
+            return self._client
+        addr = self._address()
+        if addr is None:
+            return None
+        client = ProtocolClient(addr[0], addr[1], client_id=f"broker-{self.broker.node_id}-fetcher-{self.key[1]}")
+        await asyncio.wait_for(client.connect(), 10)
+        self._client = client
+        return client
+
+    async def _run(self) -> None:
+        while True:
+            now = time.monotonic()
+            ready = [p for k, p in self.partitions.items() if self.delay.get(k, 0) <= now]
+            if not ready:
+                self._wake.clear()
+                wait = min((t for k, t in self.delay.items() if k in self.partitions), default=now + 1) - now
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), max(wait, 0.01))
+                continue
+            try:
+                client = await self._connect()
+                if client is None:
+                    await self._sleep_backoff()
+                    continue
+                request = self._build(ready)
+                wait_ms = self.manager._setting("replica.fetch.wait.max.ms", 500)
+                response = await asyncio.wait_for(client.request(request, FETCH_VERSION), wait_ms / 1000 + 30)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # connection refused or lost, timeout: the leader may be gone
+                log.info("fetcher %s: fetch from broker %d failed (%r); retrying", self.key, self.leader, e)
+                await self._close()
+                await self._sleep_backoff()
+                continue
+            try:
+                await self._handle(response)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("fetcher %s: handling a fetch response from broker %d failed", self.key, self.leader)
+                await self._sleep_backoff()
+
+    async def _sleep_backoff(self) -> None:
+        self._wake.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), self._backoff_s())
+
+    def _build(self, parts: list[Partition]) -> FetchRequest:
+        m = self.manager
+        per_partition = m._setting("replica.fetch.max.bytes", 1048576)
+        by_topic: dict[str, list] = {}
+        for p in parts:
+            lg = p.log
+            by_topic.setdefault(p.topic, []).append(_P(
+                version=FETCH_VERSION, partition=p.index, current_leader_epoch=p.leader_epoch,
+                fetch_offset=lg.log_end_offset, last_fetched_epoch=lg.latest_epoch,
+                log_start_offset=lg.log_start_offset, partition_max_bytes=per_partition))
+        return FetchRequest(
+            version=FETCH_VERSION, replica_id=self.broker.node_id,
+            max_wait_ms=m._setting("replica.fetch.wait.max.ms", 500),
+            min_bytes=m._setting("replica.fetch.min.bytes", 1),
+            max_bytes=m._setting("replica.fetch.response.max.bytes", 10485760),
+            isolation_level=0, session_id=0, session_epoch=-1,
+            topics=[_T(version=FETCH_VERSION, topic=t, partitions=ps) for t, ps in by_topic.items()],
+            forgotten_topics_data=[], rack_id="")
+
+    async def _handle(self, response) -> None:
+        if response.error_code:
+            log.info("fetcher %s: broker %d answered %s", self.key, self.leader, ErrorCode(response.error_code).name)
+            await self._sleep_backoff()
+            return
+        for t in response.responses:
+            for pr in t.partitions:
+                key = (t.topic, pr.partition_index)
+                part = self.partitions.get(key)
+                if part is None or self.rm.get(*key) is not part:
+                    continue  # moved or deleted while the fetch was out
+                await self._handle_partition(part, pr)
+
+    async def _handle_partition(self, part: Partition, pr) -> None:
+        key = (part.topic, part.index)
+        code = ErrorCode(pr.error_code)
+        lg = part.log
+        if code == ErrorCode.NONE:
+            de = getattr(pr, "diverging_epoch", None)
+            if de is not None and (de.epoch >= 0 or de.end_offset >= 0):
+                offset, _ = truncation_offset(lg.end_offset_for_epoch, lg.log_end_offset, part.high_watermark,
+                                              de.epoch, de.end_offset)
+                log.info("%s-%d: log diverges from leader %d (its epoch %d ends at %d): truncating %d -> %d",
+                         part.topic, part.index, self.leader, de.epoch, de.end_offset, lg.log_end_offset, offset)
+                self.rm.truncate_follower(part, offset)
+                return
+            records = pr.records
+            if records:
+                await self.rm.append_as_follower(part, records)
+            self.rm.update_follower_high_watermark(part, pr.high_watermark, pr.log_start_offset)
+            return
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            leader_start = pr.log_start_offset
+            if leader_start >= 0 and lg.log_end_offset < leader_start:
+                log.info("%s-%d: log end %d below leader %d's log start %d: restarting the log there",
+                         part.topic, part.index, lg.log_end_offset, self.leader, leader_start)
+                self.rm.truncate_follower(part, leader_start, fully=True)
+            else:
+                offset = min(part.high_watermark, lg.log_end_offset)
+                log.info("%s-%d: fetch offset %d out of range on leader %d; truncating to the high watermark %d",
+                         part.topic, part.index, lg.log_end_offset, self.leader, offset)
+                self.rm.truncate_follower(part, offset)
+                self.delay[key] = time.monotonic() + self._backoff_s()
+            return
+        # Not (yet) the leader of this epoch, or gone: wait for metadata to catch up.
+        log.debug("%s-%d: leader %d answered %s", part.topic, part.index, self.leader, code.name)
+        self.delay[key] = time.monotonic() + self._backoff_s()
