@@ -107,6 +107,7 @@ HANDLER_MODULES = (
     "produce",
     "fetch",
     "list_offsets",
+    "offsets_for_leader_epoch",
     "configs",
     "cluster",
     "records",

@@ -6,7 +6,10 @@ tiered storage), -5 latest tiered (no tiered storage: offset -1). A timestamp >=
 first record with a timestamp >= it; none -> offset -1, timestamp -1. Lookups never reveal
 offsets at or above the last stable offset for read_committed (or the high watermark).
 The returned leader epoch is the epoch that wrote the offset, from the leader-epoch cache.
-Cluster mode: NOT_LEADER_OR_FOLLOWER for a partition this broker does not lead (or while fenced).
+Cluster mode: NOT_LEADER_OR_FOLLOWER for a partition this broker does not lead (or while fenced);
+a new leader whose high watermark has not yet reached the start offset of its epoch answers
+LATEST with OFFSET_NOT_AVAILABLE (retriable) until its followers' fetches move it there, as
+Kafka's Partition.fetchOffsetForTimestamp.
 
 MAX_TIMESTAMP and timestamp lookups decode the records of the batch that holds the answer. A log
 may hold batches stored before produce validated records (see `kbroker dump-log --deep-verify`);
@@ -108,6 +111,11 @@ def _offset_for_timestamp(part, timestamp: int) -> tuple[int, int] | None:
     return None
 
 
+def _high_watermark_unknown(part) -> bool:
+    ls = part.leader_state
+    return ls is not None and ls.epoch_start_offset > part.high_watermark
+
+
 @api(2, 1, 10)
 async def handle_list_offsets(ctx: RequestContext, request) -> ListOffsetsResponse:
     v = ctx.api_version
@@ -128,6 +136,8 @@ async def handle_list_offsets(ctx: RequestContext, request) -> ListOffsetsRespon
                         else ErrorCode.UNKNOWN_LEADER_EPOCH)
             elif p.timestamp == MAX_TIMESTAMP and v < 7:
                 code = ErrorCode.UNSUPPORTED_VERSION
+            elif p.timestamp == LATEST and _high_watermark_unknown(part):
+                code = ErrorCode.OFFSET_NOT_AVAILABLE
             else:
                 off, ts = lookup(part, p.timestamp, isolation)
                 if off >= 0:
