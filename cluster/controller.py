@@ -40,19 +40,25 @@ from .etcd_session import TRANSIENT_ERRORS
 from .etcd_store import EtcdMetadataStore
 from .leader_election import rebalance
 from .partition_state import PartitionStateStore
-from .records import PartitionState
+from .records import BrokerRegistration, PartitionState
 
 log = logging.getLogger("cluster.controller")
 
 
-def next_state(state: PartitionState, replicas: list[int], live: set[int]) -> PartitionState | None:
+def leader_candidates(brokers: Mapping[int, BrokerRegistration]) -> set[int]:
+    """Live brokers that may be elected leader: not those in controlled shutdown."""
+    return {n for n, reg in brokers.items() if not reg.shutting_down}
+
+
+def next_state(state: PartitionState, replicas: list[int], live: set[int],
+               electable: set[int] | None = None) -> PartitionState | None:
     """The state a partition should move to with these live brokers, or None to leave it."""
     isr = [r for r in state.isr if r in live] or list(state.isr[-1:])
     if state.leader in live:
         if tuple(isr) == state.isr:
             return None
         return PartitionState(state.leader, state.leader_epoch, tuple(isr), state.partition_epoch)
-    candidates = [r for r in replicas if r in isr and r in live]
+    candidates = [r for r in replicas if r in isr and r in live and (electable is None or r in electable)]
     if candidates:
         return PartitionState(candidates[0], state.leader_epoch + 1, tuple(isr), state.partition_epoch)
     if state.leader == -1:
@@ -109,7 +115,7 @@ class Controller:
         live = set(self.store.live_brokers())
         changed = 0
         for (topic, p), state in self.store.partition_states().items():
-            new = next_state(state, self.store.replicas(topic, p), live)
+            new = next_state(state, self.store.replicas(topic, p), live, leader_candidates(self.store.live_brokers()))
             if new is None:
                 continue
             if not self.election.is_controller():

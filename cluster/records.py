@@ -37,17 +37,20 @@ class BrokerRegistration:
     # The create revision of ``brokers/<node id>``: grows with every new registration of any broker,
     # so it serves as Kafka's broker epoch. -1 until registered.
     epoch: int = -1
+    # In controlled shutdown (cluster.controlled_shutdown): never elected leader again.
+    shutting_down: bool = False
 
     def to_json(self) -> bytes:
         return _dump({"node_id": self.node_id, "rack": self.rack,
                       "endpoints": [{"name": e.name, "host": e.host, "port": e.port,
-                                     "security_protocol": e.security_protocol} for e in self.endpoints]})
+                                     "security_protocol": e.security_protocol} for e in self.endpoints],
+                      **({"shutting_down": True} if self.shutting_down else {})})
 
     @classmethod
     def from_json(cls, value: bytes, *, epoch: int) -> BrokerRegistration:
         d = json.loads(value)
         return cls(d["node_id"], tuple(Endpoint(e["name"], e["host"], e["port"], e.get("security_protocol", "PLAINTEXT"))
-                                       for e in d["endpoints"]), d.get("rack"), epoch)
+                                       for e in d["endpoints"]), d.get("rack"), epoch, bool(d.get("shutting_down")))
 
 
 @dataclass(frozen=True, slots=True)
