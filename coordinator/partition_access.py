@@ -7,6 +7,7 @@ decoding); in a cluster it will send requests to partition leaders.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -23,8 +24,10 @@ def java_string_hash(s: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def partition_for(key: str, num_partitions: int) -> int:
-    """Kafka's coordinator partition: Utils.abs(key.hashCode) % partitions."""
+    """Kafka's coordinator partition: Utils.abs(key.hashCode) % partitions. Cached: Java's
+    String.hashCode in Python costs microseconds, and every group and transaction request asks."""
     h = java_string_hash(key)
     return (0 if h == -(1 << 31) else abs(h)) % num_partitions
 

@@ -60,9 +60,16 @@ from coordinator.txn_metadata import (
     can_transition,
     tv2_end_epochs,
 )
-from coordinator.txn_records import TxnLogValue, decode_key, decode_value, encode_key, encode_value
+from coordinator.txn_records import (
+    TxnLogValue,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+    state_batch,
+)
 from protocol.errors import ErrorCode
-from storage.batch import build_batch, decode_records
+from storage.batch import decode_records
 
 log = logging.getLogger("coordinator.txn")
 
@@ -196,7 +203,7 @@ class TransactionCoordinator:
         value = TxnLogValue(target["producer_id"], target["producer_epoch"], target["timeout_ms"], int(state),
                             _by_topic(target["partitions"]), now, target["start_ms"], target["prev_producer_id"],
                             target["next_producer_id"], target["client_txn_version"], target["next_producer_epoch"])
-        batch = build_batch([(encode_key(md.transactional_id), encode_value(value))])
+        batch = state_batch(encode_key(md.transactional_id), encode_value(value), now)
         md.pending = state
         try:
             await self.access.append(TOPIC, self.partition_for(md.transactional_id), batch)
@@ -212,7 +219,7 @@ class TransactionCoordinator:
         return ErrorCode.NONE
 
     async def _write_tombstone(self, md: TxnMetadata) -> None:
-        batch = build_batch([(encode_key(md.transactional_id), None)])
+        batch = state_batch(encode_key(md.transactional_id), None, _now_ms())
         await self.access.append(TOPIC, self.partition_for(md.transactional_id), batch)
 
     # --- InitProducerId ----------------------------------------------------------------------

@@ -10,11 +10,20 @@ tagged field is written at v1 whatever the transaction version (a TV1 client's r
 transaction carries nextProducerEpoch). The 2PC flag itself is the timeout Integer.MAX_VALUE, as
 in Kafka.
 A null value (tombstone) removes an expired transactional id.
+
+Every transition of every transaction is one such record, written before the coordinator
+answers, so the common cases are encoded with fixed layouts instead of the schema-driven codec:
+the key, the v0 value, and the one-record v2 batch that carries them (``state_batch``). Each
+is byte-identical to the generic path (tests/unit/test_txn_records_fast.py); the flexible v1
+value keeps the generic encoder.
 """
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
+
+import crc32c
 
 from storage.internal_records import TRANSACTION_LOG_KEY, TRANSACTION_LOG_VALUE, decode, encode
 
@@ -34,8 +43,22 @@ class TxnLogValue:
     next_producer_epoch: int = -1
 
 
+_VALUE_V0_HEAD = struct.Struct(">hqhibi")  # version 0, producerId, epoch, timeout, status, partitions count
+_TIMESTAMPS = struct.Struct(">qq")
+_STR_LEN = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+# A v2 batch header from partitionLeaderEpoch on (baseOffset and batchLength are packed apart):
+# partitionLeaderEpoch -1, magic 2, crc, attributes 0, lastOffsetDelta 0, base/max timestamp,
+# no producer id/epoch/sequence, one record.
+_BATCH_TAIL = struct.Struct(">ibIhiqqqhii")
+_CRC_START = 21  # attributes: the CRC covers the batch from here to its end
+
+
 def encode_key(transactional_id: str) -> bytes:
-    return encode(TRANSACTION_LOG_KEY, 0, {"transactionalId": transactional_id})
+    raw = transactional_id.encode()
+    if len(raw) > 0x7FFF:
+        return encode(TRANSACTION_LOG_KEY, 0, {"transactionalId": transactional_id})  # raises as before
+    return b"\0\0" + _STR_LEN.pack(len(raw)) + raw
 
 
 def decode_key(data: bytes) -> str:
@@ -50,6 +73,8 @@ def encode_value(v: TxnLogValue) -> bytes:
     partitions = None if v.status == 0 and not v.partitions else [
         {"topic": t, "partitionIds": sorted(ps)} for t, ps in sorted(v.partitions.items())]
     flexible = v.client_txn_version >= 2 or v.next_producer_epoch != -1
+    if not flexible:
+        return _encode_value_v0(v, partitions)
     return encode(TRANSACTION_LOG_VALUE, 1 if flexible else 0, {
         "producerId": v.producer_id, "producerEpoch": v.producer_epoch, "transactionTimeoutMs": v.timeout_ms,
         "transactionStatus": v.status, "transactionPartitions": partitions,
@@ -57,6 +82,44 @@ def encode_value(v: TxnLogValue) -> bytes:
         "previousProducerId": v.prev_producer_id, "nextProducerId": v.next_producer_id,
         "clientTransactionVersion": v.client_txn_version, "nextProducerEpoch": v.next_producer_epoch,
     })
+
+
+def _encode_value_v0(v: TxnLogValue, partitions: list[dict] | None) -> bytes:
+    out = bytearray(_VALUE_V0_HEAD.pack(0, v.producer_id, v.producer_epoch, v.timeout_ms, v.status,
+                                        -1 if partitions is None else len(partitions)))
+    for tp in partitions or ():
+        raw = tp["topic"].encode()
+        ids = tp["partitionIds"]
+        out += _STR_LEN.pack(len(raw))
+        out += raw
+        out += struct.pack(f">i{len(ids)}i", len(ids), *ids)
+    out += _TIMESTAMPS.pack(v.last_update_ms, v.start_ms)
+    return bytes(out)
+
+
+def _varint(n: int) -> bytes:
+    z = (n << 1) ^ (n >> 63)  # zigzag, as Kafka's ByteUtils.writeVarint/Varlong
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def state_batch(key: bytes, value: bytes | None, timestamp_ms: int) -> bytes:
+    """The v2 batch of one ``__transaction_state`` record (a tombstone when ``value`` is None):
+    what storage.batch.build_batch([(key, value)], timestamp_ms=...) returns, without going
+    through kafka-python's general builder."""
+    body = b"\0\0\0" + _varint(len(key)) + key  # attributes, timestampDelta 0, offsetDelta 0
+    body += _varint(-1) if value is None else _varint(len(value)) + value
+    body += b"\0"  # no headers
+    record = _varint(len(body)) + body
+    tail = bytearray(_BATCH_TAIL.pack(-1, 2, 0, 0, 0, timestamp_ms, timestamp_ms, -1, -1, -1, 1))
+    tail += record
+    crc = crc32c.crc32c(memoryview(tail)[_CRC_START - 12:])
+    struct.pack_into(">I", tail, 5, crc)
+    return bytes(8) + _I32.pack(len(tail)) + bytes(tail)
 
 
 def decode_value(data: bytes) -> TxnLogValue:

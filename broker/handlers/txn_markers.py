@@ -36,7 +36,15 @@ log = logging.getLogger("broker.txn_markers")
 OFFSETS_TOPIC = "__consumer_offsets"
 
 
-def write_marker(broker: Broker, m: TxnMarkerEntry, topic: str, partition: int) -> ErrorCode:
+def marker_batch(m: TxnMarkerEntry) -> bytes:
+    """The COMMIT/ABORT control batch of ``m``: the same bytes on every partition of the entry
+    (the log patches in each partition's base offset and leader epoch), so it is built once."""
+    return build_control_batch(CONTROL_TYPE_COMMIT if m.committed else CONTROL_TYPE_ABORT,
+                               producer_id=m.producer_id, producer_epoch=m.producer_epoch,
+                               coordinator_epoch=m.coordinator_epoch)
+
+
+def write_marker(broker: Broker, m: TxnMarkerEntry, topic: str, partition: int, batch: bytes | None = None) -> ErrorCode:
     part = broker.replica_manager.get(topic, partition)
     if part is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -45,9 +53,8 @@ def write_marker(broker: Broker, m: TxnMarkerEntry, topic: str, partition: int) 
         if ps is not None:
             ps.validate_marker(m.producer_id, m.producer_epoch, m.coordinator_epoch,
                                transaction_version=m.transaction_version)
-        batch = build_control_batch(CONTROL_TYPE_COMMIT if m.committed else CONTROL_TYPE_ABORT,
-                                    producer_id=m.producer_id, producer_epoch=m.producer_epoch,
-                                    coordinator_epoch=m.coordinator_epoch)
+        if batch is None:
+            batch = marker_batch(m)
         offset = broker.replica_manager.append_control(part, bytearray(batch))
         if ps is not None:
             done = ps.complete_txn(m.producer_id, m.producer_epoch, m.committed, m.coordinator_epoch, offset,
@@ -72,9 +79,10 @@ async def write_markers_locally(broker: Broker, markers: list[TxnMarkerEntry]) -
     out: dict[tuple[int, str, int], int] = {}
     touched = []
     for m in markers:
+        batch = marker_batch(m)
         for topic, parts in m.partitions.items():
             for p in parts:
-                out[(m.producer_id, topic, p)] = write_marker(broker, m, topic, p)
+                out[(m.producer_id, topic, p)] = write_marker(broker, m, topic, p, batch)
                 part = broker.replica_manager.get(topic, p)
                 if part is not None:
                     touched.append(part)
