@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from cli.common import TIMEOUT_S, CliError, add_connection_options, admin_client, error_text, run_tool
+from cli.common import CliError, add_connection_options, admin_client, error_text, run_tool
 
 PROG = "kbroker leader-election"
 
@@ -69,12 +69,16 @@ def _elect(admin: Any, args: argparse.Namespace, out: TextIO) -> int:
     kind = ElectionType.PREFERRED if args.election_type == "preferred" else ElectionType.UNCLEAN
     label = kind.name
     parts = None if wanted is None else [TopicPartition(t, p) for t, p in wanted]
-    future = admin.elect_leaders(kind, parts, request_timeout=TIMEOUT_S, operation_timeout=TIMEOUT_S)
+    # confluent-kafka 2.16 refuses request_timeout/operation_timeout here (its C binding's keyword list
+    # is short), so the broker-side wait is librdkafka's default; the answer is bounded by wait().
+    future = admin.elect_leaders(kind, parts)
     results = wait(future, "electing leaders")
     done, noop, failed = [], [], []
     for tp, err in sorted(results.items(), key=lambda kv: (kv[0].topic, kv[0].partition)):
         name = f"{tp.topic}-{tp.partition}"
-        code = err.args[0].code() if err is not None and err.args and isinstance(err.args[0], KafkaError) else None
+        # Values are KafkaError objects (a KafkaException in the docs: both are handled).
+        inner = err.args[0] if isinstance(err, Exception) and err.args else err
+        code = inner.code() if isinstance(inner, KafkaError) else None
         if err is None:
             done.append(name)
         elif code == KafkaError.ELECTION_NOT_NEEDED:

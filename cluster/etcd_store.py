@@ -520,8 +520,8 @@ class EtcdMetadataStore(MetadataStore):
     # with compare-and-swaps on the mod revisions the decision was made from (Kafka forwards them
     # to the controller; the effect is the same). Completing a reassignment is the controller's.
     def eligible_leaders(self) -> set[int]:
-        """Brokers that may take leadership: the live (registered) ones."""
-        return set(self._brokers)
+        """Brokers that may take leadership: the live (registered) ones not in controlled shutdown."""
+        return {n for n, reg in self._brokers.items() if not reg.shutting_down}
 
     def reassignments(self) -> dict[tuple[str, int], tuple[list[int], Reassignment]]:
         """Every ongoing reassignment: (topic, partition) -> (current union replica list, adding/removing)."""
