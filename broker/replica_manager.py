@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from broker.metrics.stats import BrokerTopicStats
@@ -36,6 +37,7 @@ from broker.replication.leader import LeaderState
 from protocol.errors import ErrorCode, KafkaError
 from storage import batch as B
 from storage import record_validation as RV
+from storage.checkpoints import OffsetCheckpointFile
 from storage.log import AbortedTxn
 
 if TYPE_CHECKING:
@@ -49,6 +51,8 @@ log = logging.getLogger("broker.replica_manager")
 # loop gets the GIL between steps, and a stop waits for at most one step.
 CREATE_STEP = 32
 DELETE_STEP = 64
+
+HW_CHECKPOINT = "replication-offset-checkpoint"
 
 # A flush request without an end offset: everything appended when the flush is planned.
 _FLUSH_ALL = 1 << 63
@@ -190,6 +194,8 @@ class ReplicaManager:
         # Cluster mode only (broker.replication): follower fetchers and the leader's ISR changes.
         self.fetchers = ReplicaFetcherManager(self)
         self.isr = IsrManager(self)
+        self._hw_checkpoint: dict[tuple[str, int], int] | None = None  # read once, at the first partition
+        self._hw_task: asyncio.Task[None] | None = None
 
     @property
     def replicated(self) -> bool:
@@ -199,13 +205,59 @@ class ReplicaManager:
         """Cluster mode: start the ISR expiration check (fetchers start with follower roles)."""
         if self.replicated:
             self.isr.start()
+            self._hw_task = asyncio.create_task(self._checkpoint_loop(), name="high-watermark-checkpoint")
 
     async def stop_replication(self) -> None:
+        if self._hw_task is not None:
+            self._hw_task.cancel()
+            await asyncio.gather(self._hw_task, return_exceptions=True)
+            self._hw_task = None
         await self.fetchers.stop()
         await self.isr.stop()
         for part in self.partitions.values():
             if part.leader_state is not None:
                 part.leader_state.fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if self.replicated:
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self.checkpoint_high_watermarks)
+            except Exception:
+                log.exception("writing the high-watermark checkpoint at shutdown failed")
+
+    # Kafka's replication-offset-checkpoint (ReplicaManager.checkpointHighWatermarks): a restarted
+    # replica starts from the high watermark it knew instead of its log start offset, so its
+    # consumers keep reading and, as a new leader, it answers ListOffsets LATEST at once.
+
+    def checkpoint_high_watermarks(self) -> None:
+        lm = self.broker.log_manager
+        by_dir: dict[Path, dict[tuple[str, int], int]] = {d: {} for d in lm.log_dirs}
+        for key, part in list(self.partitions.items()):
+            d = lm.dir_of(*key)
+            if d is not None and part.replicated:
+                by_dir.setdefault(d, {})[key] = part.high_watermark
+        for d, offsets in by_dir.items():
+            OffsetCheckpointFile(d / HW_CHECKPOINT).write(offsets)
+
+    def _checkpointed_high_watermark(self, topic: str, partition: int) -> int | None:
+        if self._hw_checkpoint is None:
+            self._hw_checkpoint = {}
+            for d in self.broker.log_manager.log_dirs:
+                try:
+                    self._hw_checkpoint.update(OffsetCheckpointFile(d / HW_CHECKPOINT).read())
+                except FileNotFoundError:
+                    pass
+                except Exception as e:
+                    log.warning("ignoring unreadable %s: %s", d / HW_CHECKPOINT, e)
+        return self._hw_checkpoint.get((topic, partition))
+
+    async def _checkpoint_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            interval = int(self.broker.config.get("replica.high.watermark.checkpoint.interval.ms") or 5000)
+            await asyncio.sleep(interval / 1000)
+            try:
+                await loop.run_in_executor(None, self.checkpoint_high_watermarks)
+            except Exception:
+                log.exception("writing the high-watermark checkpoint failed")
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -402,6 +454,9 @@ class ReplicaManager:
             part.hw = offset
         else:
             part.log.truncate_to(offset)
+        # What was committed can only be what the log still holds (a checkpointed or fetched
+        # high watermark from before a divergence must not point past it).
+        part.hw = min(part.hw, part.log.log_end_offset)
         part.wake_waiters()
 
     def update_follower_high_watermark(self, part: Partition, leader_hw: int, leader_log_start: int) -> None:
@@ -443,7 +498,11 @@ class ReplicaManager:
         # The epoch is taken by apply_role: a leader starts it at its log end; a follower only
         # records it (its log gets the epoch from the leader's batches).
         part = Partition(topic, p, lg, -1 if self.replicated else epoch, max_bytes, replicated=self.replicated)
-        if not self.replicated:
+        if self.replicated:
+            hw = self._checkpointed_high_watermark(topic, p)
+            if hw is not None:
+                part.hw = min(max(hw, lg.log_start_offset), lg.log_end_offset)
+        else:
             lg.assign_leader_epoch(epoch, lg.log_end_offset)
             part.leader_epoch = epoch
         self.partitions[(topic, p)] = part

@@ -253,6 +253,10 @@ class LogManager:
         best = min(self.log_dirs, key=lambda d: counts[d])
         return best / name
 
+    def dir_of(self, topic: str, partition: int) -> Path | None:
+        """The log dir holding the partition's log (None if it has none)."""
+        return self._dir_of.get((topic, partition))
+
     # --- periodic work (the broker schedules these) ------------------------------------------
 
     def checkpoint(self) -> None:
