@@ -13,6 +13,9 @@ controller's automatic preferred-leader rebalance, raw ElectLeaders / AlterParti
 ListPartitionReassignments errors, CreatePartitions on an RF=3 topic, DeleteTopics removing the
 replicas on every broker, the CLI tools, and a reassignment RF=1 -> 3 -> 1 with
 the data intact.
+
+Single node (no etcd): ElectLeaders answers ELECTION_NOT_NEEDED, only [this node] is a valid target;
+with the standard authorizer and no ACLs every API answers CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -438,3 +441,47 @@ def test_reassignment_rf1_to_rf3_and_back(cluster: BrokerCluster) -> None:
     assert got == [f"v{i}".encode() for i in range(n)]
     gone = [cluster.brokers[b].data_dir / "move-0" for b in (1, 2, 3) if b != last]
     wait_for(lambda: not any(d.exists() for d in gone), "the removed replicas' logs deleted", WAIT_S)
+
+
+# --- single node, and authorization -------------------------------------------------------------
+def test_single_node_answers_and_cluster_authorization(tmp_path: Path) -> None:
+    """No etcd: one replica per partition, so elections are never needed and only [this node] is a valid
+    target. With the standard authorizer and no ACLs, ANONYMOUS lacks ALTER/DESCRIBE on the cluster."""
+    T = ElectLeadersRequest.TopicPartitions
+    R = AlterPartitionReassignmentsRequest.ReassignableTopic
+    P = R.ReassignablePartition
+
+    def elect(b: BrokerProcess):
+        return send_request(b.bootstrap, ElectLeadersRequest(version=1, election_type=0, topic_partitions=[
+            T(version=1, topic="one", partitions=[0, 4])], timeout_ms=30000), 1)
+
+    def alter(b: BrokerProcess, replicas: list[int] | None, p: int = 0):
+        return send_request(b.bootstrap, AlterPartitionReassignmentsRequest(version=0, timeout_ms=30000, topics=[
+            R(version=0, name="one", partitions=[P(version=0, partition_index=p, replicas=replicas)])]), 0)
+
+    def codes(resp) -> list[int]:
+        return [p.error_code for t in resp.responses for p in t.partitions]
+
+    with BrokerProcess(tmp_path / "single", overrides={"node.id": "1"}) as b:
+        create(b.bootstrap, NewTopic("one", num_partitions=1, replication_factor=1))
+        resp = elect(b)
+        assert resp.error_code == 0
+        assert {p.partition_id: p.error_code for r in resp.replica_election_results for p in r.partition_result} == {
+            0: ErrorCode.ELECTION_NOT_NEEDED, 4: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+        assert codes(alter(b, [1])) == [0]
+        assert codes(alter(b, [2])) == [ErrorCode.INVALID_REPLICA_ASSIGNMENT]
+        assert codes(alter(b, None)) == [ErrorCode.NO_REASSIGNMENT_IN_PROGRESS]
+        assert codes(alter(b, [1], p=3)) == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+        listed = send_request(b.bootstrap, ListPartitionReassignmentsRequest(version=0, timeout_ms=1000, topics=None), 0)
+        assert listed.error_code == 0 and listed.topics == []
+
+    with BrokerProcess(tmp_path / "secured", overrides={"authorizer.class.name": "standard"}) as b:
+        resp = elect(b)
+        assert resp.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        assert [p.error_code for r in resp.replica_election_results for p in r.partition_result] == [
+            ErrorCode.CLUSTER_AUTHORIZATION_FAILED] * 2
+        resp = alter(b, [1])
+        assert resp.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        assert codes(resp) == [ErrorCode.CLUSTER_AUTHORIZATION_FAILED]
+        listed = send_request(b.bootstrap, ListPartitionReassignmentsRequest(version=0, timeout_ms=1000, topics=None), 0)
+        assert listed.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
