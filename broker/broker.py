@@ -387,6 +387,9 @@ class Broker:
 
     async def stop(self) -> None:
         log.info("shutting down")
+        if self.cluster is not None and (cfg := self.config).get("controlled.shutdown.enable"):  # first: hand over
+            await self.cluster.controlled_shutdown(max_retries=cfg.get("controlled.shutdown.max.retries"),
+                                                   retry_backoff_s=cfg.get("controlled.shutdown.retry.backoff.ms") / 1000)
         # Partition creation stops at its current step (the topics are registered: the next
         # start completes them); the process-level deadline (kbroker.shutdown.timeout.ms, see
         # broker.cli) bounds the rest.

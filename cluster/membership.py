@@ -21,6 +21,7 @@ import logging
 import math
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 from .etcd_keys import KeyLayout
 from .etcd_session import TRANSIENT_ERRORS, EtcdSession
@@ -90,6 +91,21 @@ class Membership:
         except TRANSIENT_ERRORS:
             return float(self.session.ttl_s)  # unknown: at most one full TTL of a lease like ours
         return float(reply.TTL)
+
+    async def mark_shutting_down(self) -> bool:
+        """Rewrite our registration with ``shutting_down`` (same lease, so the same broker epoch)."""
+        if self.registration is None:
+            return False
+        client = self.session.client
+        tx = client.transactions
+        key = self.keys.broker(self.registration.node_id)
+        marked = replace(self.registration, shutting_down=True)
+        ok, _ = await client.transaction(compare=[tx.create(key) == self.registration.epoch],
+                                         success=[tx.put(key, marked.to_json(), lease=self.session.lease_id)],
+                                         failure=[])
+        if ok:
+            self.registration = marked
+        return ok
 
     async def deregister(self) -> bool:
         """Delete our own registration (not a newer one of the same node id): controlled shutdown."""

@@ -23,6 +23,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from .controlled_shutdown import ShutdownResult, controlled_shutdown
 from .controller import Controller
 from .controller_election import ControllerElection
 from .etcd_keys import KeyLayout, get_or_create_cluster_id
@@ -163,6 +164,13 @@ class ClusterNode:
         node = cls(session, keys, store, membership, election, controller)
         node._start_renewals()
         return node
+
+    async def controlled_shutdown(self, *, max_retries: int, retry_backoff_s: float) -> ShutdownResult:
+        """Hand leaderships over and leave the ISRs before the broker stops (cluster.controlled_shutdown)."""
+        if self.session.fenced():
+            return ShutdownResult()  # cut off: nothing it writes could win; the controller handles it
+        return await controlled_shutdown(self.store, self.membership, PartitionStateStore(self.session, self.keys),
+                                         max_retries=max_retries, retry_backoff_s=retry_backoff_s)
 
     async def stop(self) -> None:
         """Controlled stop: resign, deregister (the controller moves leadership now), close the session."""
