@@ -530,7 +530,7 @@ class EtcdMetadataStore(MetadataStore):
 
     async def _wait_revision(self, revision: int, timeout_s: float, what: str) -> None:
         try:
-            await asyncio.wait_for(self.wait_for(lambda: self.revision >= revision, what), max(timeout_s, 0.001))
+            await asyncio.wait_for(self.wait_for(lambda: self.revision >= revision, what), max(timeout_s, 0.0))
         except TimeoutError:
             raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"{what} was written to etcd but not seen back in time") from None
 
@@ -578,7 +578,10 @@ class EtcdMetadataStore(MetadataStore):
             written = max(written, rev)
             results[(topic, p)] = None
         if written:
-            await self._wait_revision(written, timeout_s, "the elected leaders")
+            try:
+                await self._wait_revision(written, timeout_s, "the elected leaders")
+            except KafkaError as e:  # elected, but not seen back within timeout_ms (Kafka: REQUEST_TIMED_OUT)
+                results = {k: e if r is None else r for k, r in results.items()}
         return results
 
     async def commit_assignment(self, name: str, record: TopicRecord, record_rev: int,

@@ -159,6 +159,13 @@ async def test_store_elections(nodes) -> None:
     assert b.leader("e", 0) == 1 and b.leader_epoch("e", 0) == s0.leader_epoch + 2  # seen when answered
     # All partitions: those that need nothing are left out.
     assert await a.elect_leaders(None, 0) == {}
+    # Elected, but timeout_ms 0 leaves no time to see it: REQUEST_TIMED_OUT (the election stands).
+    s0 = a.partition_state("e", 0)
+    assert await states.update("e", 0, s0.partition_epoch, PartitionState(2, s0.leader_epoch + 1, (2, 1), 0))
+    await wait_until(lambda: a.leader("e", 0) == 2, "leader 2 again")
+    out = await a.elect_leaders([("e", 0)], 0, timeout_s=0)
+    assert out[("e", 0)].code == ErrorCode.REQUEST_TIMED_OUT
+    await wait_until(lambda: a.leader("e", 0) == 1, "the election seen later")
     # Unclean: only for a partition without a leader.
     s1 = a.partition_state("e", 1)
     assert await states.update("e", 1, s1.partition_epoch, PartitionState(-1, s1.leader_epoch + 1, (9,), 0))
