@@ -38,6 +38,7 @@ from tests.helpers.cluster_state import (
     produce_raw,
     registered_brokers,
     start_when_lease_gone,
+    stop_and_check,
     view,
     wait_full_isr,
     wait_until,
@@ -59,11 +60,14 @@ def make_cluster(etcd: EtcdProcess, tmp_path: Path) -> Iterator:
         return c
 
     yield make
+    problems = []
     for c in made:
         for b in c.brokers.values():  # a frozen broker cannot take SIGTERM
             if b.running:
                 os.kill(b.proc.pid, signal.SIGCONT)
-        c.stop()
+        problems += stop_and_check(c)
+    if problems:
+        pytest.fail("\n\n".join(problems), pytrace=False)
 
 
 def create(cluster: BrokerCluster, topic: str, partitions: int, *, min_isr: int = 2) -> None:

@@ -36,6 +36,7 @@ from tests.helpers.cluster_proc import BrokerCluster
 from tests.helpers.cluster_state import (
     assert_partition_replicas_identical,
     high_watermarks,
+    stop_and_check,
     wait_full_isr,
 )
 from tests.helpers.etcd_proc import ETCD_PACKAGE, EtcdProcess
@@ -57,15 +58,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]
     etcd = EtcdProcess(base / "etcd")
     etcd.start()
     c = BrokerCluster(etcd, base, 3, **{"replica.fetch.backoff.ms": "200"})
+    problems: list[str] = []
     try:
         c.start()
         yield c
     finally:
-        c.stop()
+        problems = stop_and_check(c)
         try:
             etcd.stop()
         finally:
             etcd.kill()
+    if problems:
+        pytest.fail("\n\n".join(problems), pytrace=False)
 
 
 def create_topic(cluster: BrokerCluster, topic: str) -> None:

@@ -37,6 +37,7 @@ from tests.helpers.cluster_state import (
     list_offset,
     produce_raw,
     start_when_lease_gone,
+    stop_and_check,
     view,
     wait_full_isr,
     wait_until,
@@ -50,11 +51,14 @@ PARTITIONS = 6
 @pytest.fixture
 def cluster(etcd: EtcdProcess, tmp_path: Path) -> Iterator[BrokerCluster]:
     c = BrokerCluster(etcd, tmp_path, 3, **{"replica.fetch.backoff.ms": "200", "replica.lag.time.max.ms": "5000"})
+    problems: list[str] = []
     try:
         c.start()
         yield c
     finally:
-        c.stop()
+        problems = stop_and_check(c)
+    if problems:
+        pytest.fail("\n\n".join(problems), pytrace=False)
 
 
 def create(cluster: BrokerCluster, topic: str, partitions: int = PARTITIONS) -> None:

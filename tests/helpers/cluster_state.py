@@ -174,3 +174,29 @@ def start_when_lease_gone(broker: BrokerProcess, timeout: float = WAIT_S) -> Non
         except BrokerError:
             return False
     wait_until(attempt, f"broker {broker.bootstrap} to start again (old lease gone)", timeout, interval=0.5)
+
+
+TRACEBACK = "Traceback (most recent call last)"
+
+
+def stop_and_check(cluster: BrokerCluster) -> list[str]:
+    """Stop every broker (SIGTERM, SIGKILL if it hangs) and say what went wrong, as tests/conftest.py
+    does for single brokers: a non-zero exit on SIGTERM, or a Python traceback in a broker's log."""
+    problems = []
+    for node, b in cluster.brokers.items():
+        was_running = b.running
+        try:
+            code = b.stop()
+        except Exception as e:  # noqa: BLE001 - hung on SIGTERM: killed, reported
+            code = f"{e}"
+        finally:
+            b.kill()
+        if was_running and code != 0:
+            problems.append(f"broker {node} exited with {code} on SIGTERM\n{b.log_tail()}")
+        text = b.log_text()
+        if TRACEBACK in text:
+            lines = text.splitlines()
+            start = next(i for i, line in enumerate(lines) if TRACEBACK in line)
+            problems.append(f"broker {node} logged a traceback ({b.log_path}):\n"
+                            + "\n".join(lines[max(0, start - 3): start + 30]))
+    return problems
