@@ -75,7 +75,7 @@ class CommitPhase:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
     def describe(self) -> str:
-        cpu = "" if self.broker_cpu is None else f", broker CPU {self.broker_cpu:.1f} s"
+        cpu = "" if self.broker_cpu is None else f", broker CPU {self.broker_cpu:.2f} s"
         return (f"commits: {self.transactions} transactions × {RECORDS_PER_TXN} records over {PARTITIONS} "
                 f"partitions in {self.seconds:.2f} s = {self.rate:,.0f} commits/s "
                 f"({self.rate * RECORDS_PER_TXN:,.0f} records/s), commit latency p50 {self.percentile(0.5):.1f} ms "
@@ -90,7 +90,7 @@ class CtpPhase:
     broker_cpu: float | None
 
     def describe(self, batch: int) -> str:
-        cpu = "" if self.broker_cpu is None else f", broker CPU {self.broker_cpu:.1f} s"
+        cpu = "" if self.broker_cpu is None else f", broker CPU {self.broker_cpu:.2f} s"
         return (f"consume-transform-produce: {self.records} records in {self.transactions} transactions "
                 f"(≤ {batch} per transaction) in {self.seconds:.2f} s = {self.records / self.seconds:,.0f} "
                 f"records/s, {self.transactions / self.seconds:,.1f} txn/s{cpu}")

@@ -6,7 +6,7 @@
 Each round runs ``benchmarks/txn_bench.py --no-record`` from OLD_TREE, then from NEW_TREE (the
 order flips every round, so drift on a shared machine hits both alike); each run starts its own
 kbroker from its tree (tests.helpers.broker_proc runs ``python -m broker`` in the tree's root).
-Prints every round, the medians, the ratio of medians and the median of the per-round ratios,
+Prints every round (with the broker's CPU per commit and per CTP record), the medians, the ratio of medians and the median of the per-round ratios,
 with the load average before each run. OLD_TREE is typically a ``git worktree`` of the commit
 before a change.
 """
@@ -21,11 +21,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-_COMMITS = re.compile(r"= ([\d,]+) commits/s")
-_CTP = re.compile(r"= ([\d,]+) records/s, [\d.,]+ txn/s")
+_COMMITS = re.compile(r"= ([\d,]+) commits/s.*broker CPU ([\d.]+) s")
+_CTP = re.compile(r"in ([\d.]+) s = ([\d,]+) records/s, [\d.,]+ txn/s, broker CPU ([\d.]+) s")
 
 
-def one(tree: Path, args: argparse.Namespace) -> tuple[float, float]:
+def one(tree: Path, args: argparse.Namespace) -> tuple[float, float, float, float]:
+    """(commits/s, CTP records/s, broker CPU ms per commit, broker CPU µs per CTP record)."""
     cmd = [sys.executable, str(tree / "benchmarks" / "txn_bench.py"), "--no-record",
            "--transactions", str(args.transactions), "--ctp-records", str(args.ctp_records)]
     out = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, timeout=900)
@@ -34,7 +35,8 @@ def one(tree: Path, args: argparse.Namespace) -> tuple[float, float]:
     c, t = _COMMITS.search(out.stdout), _CTP.search(out.stdout)
     if c is None or t is None:
         raise SystemExit(f"{tree}: unexpected output\n{out.stdout}")
-    return float(c[1].replace(",", "")), float(t[1].replace(",", ""))
+    return (float(c[1].replace(",", "")), float(t[2].replace(",", "")), float(c[2]) * 1000 / args.transactions,
+            float(t[3]) * 1e6 / args.ctp_records)
 
 
 def main() -> int:
@@ -45,16 +47,17 @@ def main() -> int:
     ap.add_argument("--transactions", type=int, default=1000)
     ap.add_argument("--ctp-records", type=int, default=200_000)
     args = ap.parse_args()
-    res: dict[str, list[tuple[float, float]]] = {"old": [], "new": []}
+    res: dict[str, list[tuple[float, float, float, float]]] = {"old": [], "new": []}
     for r in range(args.rounds):
         order = ["old", "new"] if r % 2 == 0 else ["new", "old"]
         for name in order:
             load = os.getloadavg()[0]
-            commits, ctp = one(getattr(args, name), args)
-            res[name].append((commits, ctp))
-            print(f"round {r + 1} {name}: {commits:,.0f} commits/s, CTP {ctp:,.0f} records/s (load1 {load:.2f})",
-                  flush=True)
-    for i, label in ((0, "commits/s"), (1, "CTP records/s")):
+            fig = one(getattr(args, name), args)
+            res[name].append(fig)
+            print(f"round {r + 1} {name}: {fig[0]:,.0f} commits/s ({fig[2]:.2f} ms broker CPU each), "
+                  f"CTP {fig[1]:,.0f} records/s ({fig[3]:.1f} µs broker CPU each) (load1 {load:.2f})", flush=True)
+    for i, label in ((0, "commits/s"), (1, "CTP records/s"), (2, "broker CPU ms per commit"),
+                     (3, "broker CPU µs per CTP record")):
         old = [x[i] for x in res["old"]]
         new = [x[i] for x in res["new"]]
         ratios = [n / o for o, n in zip(old, new, strict=True)]
