@@ -13,8 +13,8 @@ A null value (tombstone) removes an expired transactional id.
 
 Every transition of every transaction is one such record, written before the coordinator
 answers, so the common cases are encoded with fixed layouts instead of the schema-driven codec:
-the key, the v0 value, and the one-record v2 batch that carries them (``state_batch``). Each
-is byte-identical to the generic path (tests/unit/test_txn_records_fast.py); the flexible v1
+the key, the v0 value, and the one-record v2 batch that carries them (``state_batch``), and the
+COMMIT/ABORT control batch of a marker (``marker_batch``). Each is byte-identical to the generic path (tests/unit/test_txn_records_fast.py); the flexible v1
 value keeps the generic encoder.
 """
 
@@ -111,11 +111,31 @@ def state_batch(key: bytes, value: bytes | None, timestamp_ms: int) -> bytes:
     """The v2 batch of one ``__transaction_state`` record (a tombstone when ``value`` is None):
     what storage.batch.build_batch([(key, value)], timestamp_ms=...) returns, without going
     through kafka-python's general builder."""
+    return one_record_batch(key, value, timestamp_ms)
+
+
+_MARKER_ATTRIBUTES = 0x30  # transactional | control
+_MARKER_VALUE = struct.Struct(">hi")  # version 0, coordinator epoch
+
+
+def marker_batch(control_type: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                 timestamp_ms: int) -> bytes:
+    """A COMMIT (1) / ABORT (0) control batch: what storage.batch.build_control_batch returns."""
+    return one_record_batch(struct.pack(">hh", 0, control_type), _MARKER_VALUE.pack(0, coordinator_epoch),
+                            timestamp_ms, attributes=_MARKER_ATTRIBUTES, producer_id=producer_id,
+                            producer_epoch=producer_epoch)
+
+
+def one_record_batch(key: bytes, value: bytes | None, timestamp_ms: int, *, attributes: int = 0,
+                     producer_id: int = -1, producer_epoch: int = -1) -> bytes:
+    """A v2 batch of one record at offset 0 (no sequence, no partition leader epoch), laid out
+    as kafka-python's DefaultRecordBatchBuilder does."""
     body = b"\0\0\0" + _varint(len(key)) + key  # attributes, timestampDelta 0, offsetDelta 0
     body += _varint(-1) if value is None else _varint(len(value)) + value
     body += b"\0"  # no headers
     record = _varint(len(body)) + body
-    tail = bytearray(_BATCH_TAIL.pack(-1, 2, 0, 0, 0, timestamp_ms, timestamp_ms, -1, -1, -1, 1))
+    tail = bytearray(_BATCH_TAIL.pack(-1, 2, 0, attributes, 0, timestamp_ms, timestamp_ms, producer_id,
+                                      producer_epoch, -1, 1))
     tail += record
     crc = crc32c.crc32c(memoryview(tail)[_CRC_START - 12:])
     struct.pack_into(">I", tail, 5, crc)

@@ -18,14 +18,16 @@ CLUSTER_AUTHORIZATION_FAILED and nothing is written.
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from kafka.protocol.producer import WriteTxnMarkersResponse
 
 from broker.handlers import AclOperation, RequestContext, api
+from coordinator import txn_records
 from coordinator.partition_access import TxnMarkerEntry
 from protocol.errors import ErrorCode
-from storage.batch import CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT, build_control_batch
+from storage.batch import CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT
 from storage.log import AbortedTxn
 
 if TYPE_CHECKING:
@@ -39,9 +41,8 @@ OFFSETS_TOPIC = "__consumer_offsets"
 def marker_batch(m: TxnMarkerEntry) -> bytes:
     """The COMMIT/ABORT control batch of ``m``: the same bytes on every partition of the entry
     (the log patches in each partition's base offset and leader epoch), so it is built once."""
-    return build_control_batch(CONTROL_TYPE_COMMIT if m.committed else CONTROL_TYPE_ABORT,
-                               producer_id=m.producer_id, producer_epoch=m.producer_epoch,
-                               coordinator_epoch=m.coordinator_epoch)
+    return txn_records.marker_batch(CONTROL_TYPE_COMMIT if m.committed else CONTROL_TYPE_ABORT, m.producer_id,
+                                    m.producer_epoch, m.coordinator_epoch, int(time.time() * 1000))
 
 
 def write_marker(broker: Broker, m: TxnMarkerEntry, topic: str, partition: int, batch: bytes | None = None) -> ErrorCode:

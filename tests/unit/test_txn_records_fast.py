@@ -72,3 +72,18 @@ def test_coordinator_partition_is_cached_and_unchanged() -> None:
         hits = partition_for.cache_info().hits
         assert partition_for(key, 50) == expected
         assert partition_for.cache_info().hits == hits + 1
+
+
+@pytest.mark.parametrize("control_type", [0, 1])
+@pytest.mark.parametrize(("pid", "epoch", "coordinator_epoch"), [(0, 0, 0), (1000, 3, 7), (2**62, 32766, 2**31 - 1)])
+def test_marker_batch_matches_build_control_batch(control_type: int, pid: int, epoch: int,
+                                                  coordinator_epoch: int) -> None:
+    from coordinator.txn_records import marker_batch
+    from storage.batch import build_control_batch
+
+    fast = marker_batch(control_type, pid, epoch, coordinator_epoch, 1795507294123)
+    assert fast == build_control_batch(control_type, producer_id=pid, producer_epoch=epoch,
+                                       coordinator_epoch=coordinator_epoch, timestamp_ms=1795507294123)
+    (header,) = iter_headers(fast, check=True)
+    assert (header.is_control, header.is_transactional, header.producer_id, header.producer_epoch) == (
+        True, True, pid, epoch)
