@@ -36,9 +36,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from protocol.errors import ErrorCode  # noqa: E402
-from tests.helpers.cluster_proc import BrokerCluster  # noqa: E402
 from tests.helpers.etcd_proc import EtcdProcess  # noqa: E402
 from tests.helpers.fault_cluster import (  # noqa: E402
+    FaultCluster,
     PartitionView,
     create_topic,
     produce_once,
@@ -57,7 +57,7 @@ REQUEST_TIMEOUT_MS = 2000
 class Probers:
     """One thread per partition producing to its leader; successes as (partition, node, sent, received)."""
 
-    def __init__(self, cluster: BrokerCluster, deadline: float) -> None:
+    def __init__(self, cluster: FaultCluster, deadline: float) -> None:
         self.cluster = cluster
         self.deadline = deadline
         self.lock = threading.Lock()
@@ -118,7 +118,7 @@ def busiest(views: dict[int, PartitionView]) -> tuple[int, list[int]]:
     return node, sorted(p for p, v in views.items() if v.leader == node)
 
 
-def live_bootstrap(cluster: BrokerCluster) -> str:
+def live_bootstrap(cluster: FaultCluster) -> str:
     return next(b.bootstrap for b in cluster.brokers.values() if b.running)
 
 
@@ -129,7 +129,7 @@ def run(args: argparse.Namespace, base: Path) -> dict:
                  "replica.fetch.backoff.ms": "200"}
     etcd = EtcdProcess(base / "etcd")
     etcd.start()
-    cluster = BrokerCluster(etcd, base, 3, **overrides)
+    cluster = FaultCluster(etcd, base, 3, proxied=False, **overrides)
     rounds: list[dict] = []
     probers: Probers | None = None
     try:
@@ -171,7 +171,8 @@ def run(args: argparse.Namespace, base: Path) -> dict:
         "meta": {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": platform.machine(),
                  "cpus": os.cpu_count(), "python": platform.python_version(), "brokers": 3,
                  "partitions": PARTITIONS, "replication_factor": RF, "min_insync_replicas": 2,
-                 "settings": overrides, "kills": args.kills, "quick": args.quick,
+                 "settings": {k: v for k, v in cluster.brokers[1].overrides.items()
+                              if k.startswith(("broker.", "replica."))}, "kills": args.kills, "quick": args.quick,
                  "produce_request_timeout_ms": REQUEST_TIMEOUT_MS,
                  "load_average": os.getloadavg()},
         "rounds": rounds,

@@ -25,9 +25,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from tests.helpers.cluster_proc import BrokerCluster
 from tests.helpers.etcd_proc import EtcdProcess
-from tests.helpers.fault_cluster import create_topic, try_views, wait_isr_full
+from tests.helpers.fault_cluster import FaultCluster, create_topic, try_views, wait_isr_full
 from tests.helpers.replica_compare import partition_dir, replica_differences
 from tests.helpers.waiting import wait_for
 
@@ -38,25 +37,16 @@ PRODUCE_DEADLINE_S = 300.0  # the whole load, kill and failover included
 CONSUME_DEADLINE_S = 180.0
 MAX_IN_FLIGHT = 5000  # records queued in the producer but not yet acknowledged
 
-OVERRIDES = {
-    "broker.session.timeout.ms": "3000",
-    "broker.heartbeat.interval.ms": "500",
-    "replica.lag.time.max.ms": "5000",
-    "replica.fetch.backoff.ms": "200",
-}
+OVERRIDES = {"broker.session.timeout.ms": "3000", "replica.lag.time.max.ms": "5000"}
 
 
 @pytest.fixture
-def cluster(etcd: EtcdProcess, tmp_path: Path) -> Iterator[BrokerCluster]:
-    c = BrokerCluster(etcd, tmp_path, 3, **OVERRIDES)
-    try:
-        c.start()
+def cluster(etcd: EtcdProcess, tmp_path: Path) -> Iterator[FaultCluster]:
+    with FaultCluster(etcd, tmp_path, 3, proxied=False, **OVERRIDES) as c:
         yield c
-    finally:
-        c.stop()
 
 
-def busiest_leader(cluster: BrokerCluster) -> tuple[int, list[int]]:
+def busiest_leader(cluster: FaultCluster) -> tuple[int, list[int]]:
     """(node id leading the most partitions of TOPIC, those partitions) from a live broker's Metadata."""
     for b in cluster.brokers.values():
         if b.running and (views := try_views(b.bootstrap, TOPIC)):
@@ -87,7 +77,7 @@ class Load:
             self.count += 1
 
 
-def produce_with_kill(cluster: BrokerCluster, total: int) -> tuple[Load, int, float, list[int]]:
+def produce_with_kill(cluster: FaultCluster, total: int) -> tuple[Load, int, float, list[int]]:
     """Produce ``total`` records, killing the busiest leader once a third is acknowledged.
     Returns (load, victim node, kill time, partitions it led)."""
     load = Load()
@@ -120,7 +110,7 @@ def produce_with_kill(cluster: BrokerCluster, total: int) -> tuple[Load, int, fl
     return load, victim, killed_at, moved
 
 
-def consume_all(cluster: BrokerCluster) -> tuple[dict[int, list[int]], dict[int, int]]:
+def consume_all(cluster: FaultCluster) -> tuple[dict[int, list[int]], dict[int, int]]:
     """Every record of TOPIC up to each partition's high watermark, as partition -> values in order;
     and the high watermarks."""
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "leader-kill-check",
@@ -157,7 +147,7 @@ def check(load: Load, got: dict[int, list[int]]) -> None:
         assert load.acked[p] == sorted(load.acked[p]), f"partition {p}: acknowledged out of order"
 
 
-def run_leader_kill(cluster: BrokerCluster, total: int) -> None:
+def run_leader_kill(cluster: FaultCluster, total: int) -> None:
     create_topic(cluster.bootstrap, TOPIC, PARTITIONS, RF, {"min.insync.replicas": "2"})
     wait_isr_full(cluster.brokers[1].bootstrap, TOPIC, RF)
     load, victim, killed_at, moved = produce_with_kill(cluster, total)
@@ -171,19 +161,20 @@ def run_leader_kill(cluster: BrokerCluster, total: int) -> None:
         reps = {f"broker {n}": partition_dir(b.data_dir, TOPIC, p) for n, b in cluster.brokers.items() if n != victim}
         wait_for(lambda reps=reps, p=p: not replica_differences(reps, ends[p]),
                  f"partition {p}: survivors' replicas identical below {ends[p]}", timeout=60)
-    # Failover as the producer saw it: first acknowledgement after the kill on each moved partition.
-    failover = {p: round(next((t for t in load.ack_times[p] if t > killed_at), float("nan")) - killed_at, 2)
-                for p in moved}
+    # Failover as the producer saw it: the longest pause between acknowledgements on each moved
+    # partition (delivery reports are timed when polled, so this is approximate).
+    stall = {p: round(max((b - a for a, b in zip(load.ack_times[p], load.ack_times[p][1:], strict=False)),
+                          default=0.0), 2) for p in moved}
     print(f"\nleader kill: node {victim} led partitions {moved}; acked {load.count}/{total}; "
-          f"first ack after the kill per moved partition (s): {failover}")
+          f"longest pause between acknowledgements per moved partition (s): {stall}")
     assert not load.errors, f"{len(load.errors)} delivery errors, first: {load.errors[:5]}"
     assert load.count == total
 
 
-def test_leader_kill_10k(cluster: BrokerCluster) -> None:
+def test_leader_kill_10k(cluster: FaultCluster) -> None:
     run_leader_kill(cluster, 10_000)
 
 
 @pytest.mark.slow
-def test_leader_kill_100k(cluster: BrokerCluster) -> None:
+def test_leader_kill_100k(cluster: FaultCluster) -> None:
     run_leader_kill(cluster, 100_000)

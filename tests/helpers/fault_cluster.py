@@ -15,6 +15,8 @@ condition waits for leaders and full ISRs. Processes and proxies are stopped by 
 from __future__ import annotations
 
 import contextlib
+import random
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +27,7 @@ from kafka.protocol.producer import ProduceRequest
 
 from storage.batch import build_batch
 
-from .broker_proc import BrokerError, BrokerProcess, free_port
+from .broker_proc import BrokerProcess
 from .cluster_proc import CLUSTER_OVERRIDES
 from .etcd_proc import EtcdProcess
 from .partition_proxy import Mode, PartitionProxy
@@ -44,27 +46,61 @@ FAULT_OVERRIDES = {
 }
 
 
-class FaultBroker(BrokerProcess):
-    """A cluster broker with a client listener, a proxied replication listener and a proxied etcd."""
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
-    def __init__(self, etcd: EtcdProcess, base: Path, node_id: int, **overrides: str) -> None:
+
+_taken: set[int] = set()  # handed out by this process already
+
+
+def stable_port() -> int:
+    """A free port below the ephemeral range, so no outgoing connection can take it meanwhile."""
+    high = _ephemeral_low() - 1
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randint(max(1024, high - 20000), high)
+        if port in _taken:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _taken.add(port)
+        return port
+    raise RuntimeError("no free port below the ephemeral range")
+
+
+class FaultBroker(BrokerProcess):
+    """A cluster broker with a client listener, a (proxied) replication listener and a (proxied) etcd."""
+
+    def __init__(self, etcd: EtcdProcess, base: Path, node_id: int, *, proxied: bool = True, **overrides: str) -> None:
         self.node_id = node_id
-        self.replication_port = free_port()
-        self.etcd_proxy = PartitionProxy(f"127.0.0.1:{etcd.client_port}", name=f"node-{node_id} etcd")
-        self.replication_proxy = PartitionProxy(f"127.0.0.1:{self.replication_port}",
-                                                name=f"node-{node_id} replication")
+        self.etcd = etcd
+        self.replication_port = stable_port()
+        self.etcd_proxy: PartitionProxy | None = None
+        self.replication_proxy: PartitionProxy | None = None
+        if proxied:
+            self.etcd_proxy = PartitionProxy(f"127.0.0.1:{etcd.client_port}", name=f"node-{node_id} etcd")
+            self.replication_proxy = PartitionProxy(f"127.0.0.1:{self.replication_port}",
+                                                    name=f"node-{node_id} replication")
         settings = {**FAULT_OVERRIDES, "node.id": str(node_id), **overrides}
-        super().__init__(base / f"node-{node_id}", overrides=settings)
+        super().__init__(base / f"node-{node_id}", port=stable_port(), overrides=settings)
 
     def command(self) -> list[str]:
         settings = {
             **self.overrides,
             "listeners": f"CLIENT://127.0.0.1:{self.port},REPLICATION://127.0.0.1:{self.replication_port}",
-            "advertised.listeners": f"CLIENT://127.0.0.1:{self.port},"
-                                    f"REPLICATION://{self.replication_proxy.address}",
+            "advertised.listeners": f"CLIENT://127.0.0.1:{self.port},REPLICATION://"
+                                    + (self.replication_proxy.address if self.replication_proxy
+                                       else f"127.0.0.1:{self.replication_port}"),
             "listener.security.protocol.map": "CLIENT:PLAINTEXT,REPLICATION:PLAINTEXT",
             "inter.broker.listener.name": "REPLICATION",
-            "kbroker.etcd.endpoints": self.etcd_proxy.url,
+            "kbroker.etcd.endpoints": self.etcd_proxy.url if self.etcd_proxy else self.etcd.endpoints,
             "log.dirs": str(self.data_dir),
         }
         cmd = [self.python, "-m", "broker", "serve"]
@@ -73,27 +109,15 @@ class FaultBroker(BrokerProcess):
         return cmd
 
     @property
-    def proxies(self) -> tuple[PartitionProxy, PartitionProxy]:
-        return self.etcd_proxy, self.replication_proxy
-
-    def start_until_registered(self, timeout: float = 90) -> None:
-        """Start, retrying while etcd still holds the registration of a killed predecessor
-        (a restart within broker.session.timeout.ms is refused as a duplicate node.id)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                self.start(timeout=60)
-                return
-            except BrokerError as e:
-                if time.monotonic() > deadline or "already registered" not in str(e):
-                    raise
-                time.sleep(0.5)
+    def proxies(self) -> list[PartitionProxy]:
+        return [p for p in (self.etcd_proxy, self.replication_proxy) if p is not None]
 
 
 class FaultCluster:
-    def __init__(self, etcd: EtcdProcess, base: Path, size: int = 3, **overrides: str) -> None:
+    def __init__(self, etcd: EtcdProcess, base: Path, size: int = 3, *, proxied: bool = True,
+                 **overrides: str) -> None:
         self.etcd = etcd
-        self.brokers = {i: FaultBroker(etcd, base, i, **overrides) for i in range(1, size + 1)}
+        self.brokers = {i: FaultBroker(etcd, base, i, proxied=proxied, **overrides) for i in range(1, size + 1)}
 
     @property
     def bootstrap(self) -> str:
@@ -132,6 +156,7 @@ class FaultCluster:
 
     def isolate(self, node: int, *, etcd: bool = True, replication: bool = True, mode: Mode = "blackhole") -> None:
         b = self.brokers[node]
+        assert b.etcd_proxy is not None and b.replication_proxy is not None, "cluster started with proxied=False"
         if etcd:
             b.etcd_proxy.cut(mode)
         if replication:
