@@ -56,6 +56,9 @@ class ReplicaFetcherManager:
         self.broker = rm.broker
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._of: dict[tuple[str, int], ReplicaFetcher] = {}
+        # Set by stop(): metadata events still arrive while the broker stops (the etcd watch runs
+        # until the end), and a fetcher started then would append while the logs are being closed.
+        self._stopped = False
 
     def _setting(self, name: str, default: int) -> int:
         value = self.broker.config.get(name)
@@ -63,6 +66,8 @@ class ReplicaFetcherManager:
 
     def add(self, part: Partition, leader: int) -> None:
         """Fetch ``part`` from ``leader`` (moving it off another fetcher if needed)."""
+        if self._stopped:
+            return
         key = (part.topic, part.index)
         n = self._setting("num.replica.fetchers", 1)
         fkey = (leader, fetcher_id(part.topic, part.index, n))
@@ -89,6 +94,7 @@ class ReplicaFetcherManager:
             f.delay.pop(key, None)
 
     async def stop(self) -> None:
+        self._stopped = True
         fetchers = list(self.fetchers.values())
         self.fetchers.clear()
         self._of.clear()
