@@ -207,6 +207,11 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         "",
         *table,
         "",
+        "1-minute load average before each run (" + "; ".join(
+            f"round {i + 1}: " + ", ".join(f"{s} {r[s]['load_avg_1m']:.1f}" for s in SETUPS if s in r)
+            for i, r in enumerate(results["rounds"])) + ") — the machine's 2 cores are shared: the spread "
+        "between rounds is mostly other processes' load.",
+        "",
         *(["Failed workloads:", "", *errors, ""] if errors else []),
         f"Notes: {m['notes']}" if m.get("notes") else "",
     ]) + "\n"
@@ -249,9 +254,11 @@ def main(argv: list[str] | None = None) -> int:
         for name in order:
             with tempfile.TemporaryDirectory(prefix=f"cluster-bench-{name}-") as tmp:
                 print(f"round {i + 1}/{args.rounds}: {name}", flush=True)
+                load = os.getloadavg()[0]  # other processes on a shared machine skew every figure
                 setup = starters[name](Path(tmp))
                 try:
                     rnd[name] = run_setup(setup, args)
+                    rnd[name]["load_avg_1m"] = load
                 finally:
                     setup.stop()
         results["rounds"].append(rnd)
