@@ -159,6 +159,7 @@ def test_rolling_restart_under_idempotent_load(cluster: BrokerCluster) -> None:
         wait_until(lambda: load.acked_count() > before + 500, "progress after the last restart")
     finally:
         load.stop()
+    print(f"{load.sent} records; producer error callbacks: {sorted({e.name() for e in load.errors})}")
     load.check(cluster.bootstrap)
     for p in range(PARTITIONS):
         assert_partition_replicas_identical(cluster, topic, p)
