@@ -163,7 +163,8 @@ def run(args: argparse.Namespace, base: Path) -> dict:
     finally:
         if probers is not None:
             probers.stop()
-        cluster.stop()
+        for problem in cluster.stop():
+            print(f"warning: {problem}", file=sys.stderr)
         etcd.stop()
     every = [t for r in rounds for t in r["failover_s"].values()]
     per_kill = [max(r["failover_s"].values()) for r in rounds]

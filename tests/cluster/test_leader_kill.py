@@ -42,8 +42,13 @@ OVERRIDES = {"broker.session.timeout.ms": "3000", "replica.lag.time.max.ms": "50
 
 @pytest.fixture
 def cluster(etcd: EtcdProcess, tmp_path: Path) -> Iterator[FaultCluster]:
-    with FaultCluster(etcd, tmp_path, 3, proxied=False, **OVERRIDES) as c:
+    c = FaultCluster(etcd, tmp_path, 3, proxied=False, **OVERRIDES)
+    try:
+        c.start()
         yield c
+    finally:
+        problems = c.stop()
+    assert not problems, "\n\n".join(problems)
 
 
 def busiest_leader(cluster: FaultCluster) -> tuple[int, list[int]]:

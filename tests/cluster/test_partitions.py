@@ -200,8 +200,13 @@ def high_watermarks(cluster: FaultCluster) -> dict[int, int]:
 
 @pytest.fixture
 def cluster(etcd: EtcdProcess, tmp_path: Path) -> Iterator[FaultCluster]:
-    with FaultCluster(etcd, tmp_path, 3) as c:
+    c = FaultCluster(etcd, tmp_path, 3)
+    try:
+        c.start()
         yield c
+    finally:
+        problems = c.stop()
+    assert not problems, "\n\n".join(problems)
 
 
 def run_partition(cluster: FaultCluster, *, cut_followers: bool, acks: int) -> None:

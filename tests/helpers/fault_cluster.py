@@ -130,18 +130,22 @@ class FaultCluster:
         for b in self.brokers.values():
             b.start(timeout=60)
 
-    def stop(self) -> None:
+    def stop(self) -> list[str]:
+        """Stop every broker, then the proxies; what went wrong (a non-zero exit on SIGTERM, a
+        traceback in a broker log: cluster_state.stop_and_check), for the fixture to assert on."""
+        from .cluster_state import stop_and_check
+
         for b in self.brokers.values():
             for p in b.proxies:  # heal first: a broker blackholed from etcd could not deregister
                 with contextlib.suppress(Exception):
                     p.heal()
-        for b in self.brokers.values():
-            with contextlib.suppress(Exception):
-                b.stop(timeout=20)
-            b.kill()
-        for b in self.brokers.values():
-            for p in b.proxies:
-                p.stop()
+        try:
+            return stop_and_check(self)  # type: ignore[arg-type]  (duck-typed: .brokers)
+        finally:
+            for b in self.brokers.values():
+                b.kill()
+                for p in b.proxies:
+                    p.stop()
 
     def __enter__(self) -> FaultCluster:
         try:
