@@ -15,16 +15,24 @@ changes the group's subscribed topics, the group epoch is bumped and the members
 topics on their next heartbeats. Regexes are resolved again when topics are created or deleted
 (on_topics_changed, called from the broker's metadata events).
 
-Deviation from Kafka: consumer-protocol groups are kept in memory only (no ConsumerGroup*
-records in __consumer_offsets); after a coordinator restart their members get UNKNOWN_MEMBER_ID
-and rejoin. Their committed offsets are persisted like every other group's.
+Persistence (as Kafka's GroupMetadataManager): every change a heartbeat makes is appended to the
+group's __consumer_offsets partition as ConsumerGroup* records (coordinator/consumer_records.py:
+only the records whose value changed) before the heartbeat is answered. Heartbeats of one group
+are serialized (a per-group lock): the state is changed in memory, written, and on a failed
+write restored to what it was before the heartbeat, which is then answered with the
+coordinator error (NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE). Timer-driven changes (session
+expiry, revocation timeout) and regex resolutions take the same path from background tasks. A
+coordinator that loads the partition rebuilds the group and gives every member a fresh session
+timeout, so groups survive coordinator moves and restarts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol
@@ -110,6 +118,9 @@ class ConsumerGroup:
         self.regex_dirty = False  # something changed while regex_task was running
         # member id -> (rebalance timeout, until when) of members that just left (see _cg_rejoin_fields).
         self.recently_left: dict[str, tuple[int, int]] = {}
+        # The group's records as last written to (or replayed from) __consumer_offsets, as
+        # coordinator/consumer_records.image computes them: a change is the difference.
+        self.persisted: dict[tuple[int, str], tuple[Any, ...]] = {}
 
     @property
     def is_empty(self) -> bool:
@@ -161,6 +172,34 @@ class HeartbeatResult:
     assignment: TopicAssignment | None = None
 
 
+def _copy_assignment(a: TopicAssignment) -> TopicAssignment:
+    return {t: set(ps) for t, ps in a.items()}
+
+
+_MEMBER_FIELDS = ("member_id", "instance_id", "rack_id", "client_id", "client_host", "rebalance_timeout_ms",
+                  "subscribed_topic_names", "subscribed_topic_regex", "server_assignor", "member_epoch",
+                  "previous_member_epoch", "state", "assigned", "pending_revocation", "left_static")
+_GROUP_FIELDS = ("state_timestamp_ms", "group_epoch", "assignment_epoch", "static_members", "target",
+                 "subscription_metadata", "assignor_name", "resolved_regex", "regex_version", "recently_left")
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: (set(v) if isinstance(v, set) else _copy(v) if isinstance(v, dict) else v)
+                for k, v in value.items()}
+    return list(value) if isinstance(value, list) else value
+
+
+@dataclass(slots=True)
+class _Snapshot:
+    """A group's in-memory state before a change, to restore when its write fails."""
+
+    group_id: str
+    group: Any  # what self.groups held: None, a ClassicGroup or a ConsumerGroup
+    fields: dict[str, Any] | None = None
+    members: list[tuple[ConsumerMember, dict[str, Any]]] = field(default_factory=list)
+
+
 class ConsumerProtocolMixin:
     groups: dict[str, Any]
     scheduler: Any
@@ -168,6 +207,12 @@ class ConsumerProtocolMixin:
     def _cfg(self, name: str, default: Any) -> Any: ...
     def _coordinator_error(self, group_id: str) -> int: ...
     def _now(self) -> int: ...
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None: ...
+
+    async def _cg_persist(self, group_id: str, previous: Any) -> int:
+        """Append the records of what changed in the group since its last write (implemented by
+        GroupCoordinator); returns an error code."""
+        raise NotImplementedError
 
     def _init_consumer_protocol(self) -> None:
         # Bumped on every topic creation or deletion; a group's regexes resolved at an older
@@ -182,6 +227,87 @@ class ConsumerProtocolMixin:
             names = [n.strip() for n in names.split(",") if n.strip()]
         self.consumer_assignors = [n.rsplit(".", 1)[-1].lower().removesuffix("assignor") or n for n in names] \
             or ["uniform", "range"]
+        self._cg_locks: dict[str, list[Any]] = {}  # group id -> [asyncio.Lock, users]
+
+    # --- serialized, persisted changes -----------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _cg_locked(self, group_id: str) -> AsyncIterator[None]:
+        """One change of a group at a time: change in memory, write, answer (Kafka serializes a
+        partition's writes in its coordinator runtime)."""
+        entry = self._cg_locks.get(group_id)
+        if entry is None:
+            entry = self._cg_locks[group_id] = [asyncio.Lock(), 0]
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0 and self._cg_locks.get(group_id) is entry:
+                del self._cg_locks[group_id]
+
+    def _cg_snapshot(self, group_id: str) -> _Snapshot:
+        group = self.groups.get(group_id)
+        snap = _Snapshot(group_id, group)
+        if isinstance(group, ConsumerGroup):
+            snap.fields = {name: _copy(getattr(group, name)) for name in _GROUP_FIELDS}
+            snap.members = [(m, {name: _copy(getattr(m, name)) for name in _MEMBER_FIELDS})
+                            for m in group.members.values()]
+        return snap
+
+    def _cg_restore(self, snap: _Snapshot) -> None:
+        """Undo a change whose records could not be written. Timers of the restored members start
+        afresh (a member is never fenced for the coordinator's failure)."""
+        current = self.groups.get(snap.group_id)
+        if current is not snap.group:
+            if isinstance(current, ConsumerGroup):
+                self._unload_consumer_group(current)
+            if snap.group is None:
+                self.groups.pop(snap.group_id, None)
+            else:
+                self.groups[snap.group_id] = snap.group
+        group = snap.group
+        if not isinstance(group, ConsumerGroup) or snap.fields is None:
+            return
+        for m in group.members.values():
+            self._cg_cancel_timers(m)
+        for name, value in snap.fields.items():
+            setattr(group, name, value)
+        group.members = {}
+        for m, values in snap.members:
+            self._cg_cancel_timers(m)
+            for name, value in values.items():
+                setattr(m, name, value)
+            group.members[m.member_id] = m
+        for m in group.members.values():
+            self._cg_schedule_session(group, m)
+            if m.state == MemberState.UNREVOKED_PARTITIONS:
+                self._cg_schedule_revocation(group, m)
+
+    async def _cg_change(self, group_id: str, snap: _Snapshot) -> int:
+        """Write what changed since ``snap``; on failure restore it. Returns the error code."""
+        err = await self._cg_persist(group_id, snap.group)
+        if err:
+            self._cg_restore(snap)
+        return err
+
+    async def _cg_fence_later(self, group: ConsumerGroup, member: ConsumerMember, why: str) -> None:
+        """A timer fenced ``member``: remove it and write the change (a background task)."""
+        async with self._cg_locked(group.group_id):
+            if self.groups.get(group.group_id) is not group or group.members.get(member.member_id) is not member:
+                return
+            if why == "session" and member.session_timer is not None:
+                return  # it heartbeated while the task waited
+            if why == "revocation" and (member.rebalance_timer is not None
+                                        or member.state != MemberState.UNREVOKED_PARTITIONS):
+                return
+            snap = self._cg_snapshot(group.group_id)
+            self._cg_remove_member(group, member)
+            err = await self._cg_change(group.group_id, snap)
+            if err:
+                log.warning("consumer group %s: could not write the removal of member %s (error %d); keeping it",
+                            group.group_id, member.member_id, err)
 
     def _cg_bounded(self, name: str, lo: int, hi: int) -> int:
         """A consumer-group timeout within its min/max configs (Kafka's GroupCoordinatorConfig
@@ -206,7 +332,7 @@ class ConsumerProtocolMixin:
             member.session_timer = None
             if group.members.get(member.member_id) is member:
                 log.info("consumer group %s member %s session expired; fencing it", group.group_id, member.member_id)
-                self._cg_remove_member(group, member)
+                self._spawn(self._cg_fence_later(group, member, "session"), f"fence-{group.group_id}")
 
         member.session_timer = self.scheduler.call_later(self.consumer_session_timeout_ms, expire)
 
@@ -219,7 +345,7 @@ class ConsumerProtocolMixin:
             if group.members.get(member.member_id) is member and member.state == MemberState.UNREVOKED_PARTITIONS:
                 log.info("consumer group %s member %s did not revoke within %d ms; fencing it", group.group_id,
                          member.member_id, member.rebalance_timeout_ms)
-                self._cg_remove_member(group, member)
+                self._spawn(self._cg_fence_later(group, member, "revocation"), f"fence-{group.group_id}")
 
         member.rebalance_timer = self.scheduler.call_later(member.rebalance_timeout_ms, expire)
 
@@ -290,9 +416,16 @@ class ConsumerProtocolMixin:
                     return
                 version = self._topics_version
                 resolved = await topic_regex.resolve(regexes, list(view.names()))
-                if self.groups.get(group.group_id) is not group:
-                    return  # unloaded or deleted meanwhile
-                self._cg_apply_resolved(group, resolved, version, view)
+                async with self._cg_locked(group.group_id):
+                    if self.groups.get(group.group_id) is not group:
+                        return  # unloaded or deleted meanwhile
+                    snap = self._cg_snapshot(group.group_id)
+                    self._cg_apply_resolved(group, resolved, version, view)
+                    err = await self._cg_change(group.group_id, snap)
+                if err:
+                    log.warning("consumer group %s: could not write resolved regular expressions (error %d)",
+                                group.group_id, err)
+                    return
                 if not (group.regex_dirty or self._cg_regex_refresh_needed(group)):
                     return
         finally:
@@ -342,9 +475,15 @@ class ConsumerProtocolMixin:
 
     # --- heartbeat -------------------------------------------------------------------------------
 
-    def consumer_group_heartbeat(self, topics: TopicView, group_id: str, member_id: str, member_epoch: int,
-                                 **kw: Any) -> HeartbeatResult:
-        result = self._cg_heartbeat(topics, group_id, member_id, member_epoch, **kw)
+    async def consumer_group_heartbeat(self, topics: TopicView, group_id: str, member_id: str, member_epoch: int,
+                                       **kw: Any) -> HeartbeatResult:
+        async with self._cg_locked(group_id):
+            snap = self._cg_snapshot(group_id)
+            result = self._cg_heartbeat(topics, group_id, member_id, member_epoch, **kw)
+            # The records of what changed are in the log before the member hears of it.
+            err = await self._cg_change(group_id, snap) if group_id else E.NONE
+        if err:
+            result = HeartbeatResult(error=err, member_id=member_id or None, member_epoch=member_epoch)
         # Every heartbeat's outcome at DEBUG: a refused heartbeat is often fatal to the client, and
         # the request and its answer are what it takes to tell whose fault it was.
         if log.isEnabledFor(logging.DEBUG):
@@ -412,8 +551,7 @@ class ConsumerProtocolMixin:
         empty_classic = isinstance(group, ClassicGroup) and group.is_in(GroupState.EMPTY) and not group.members
         if group is None or empty_classic:
             if member_epoch != JOIN_EPOCH:
-                # E.g. after a coordinator restart (consumer groups are not persisted): the
-                # member rejoins from scratch.
+                # E.g. the group was deleted, or its records expired: the member rejoins.
                 return fail(E.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}.")
             # An empty classic group (or one known only by offsets) becomes a consumer group;
             # its offsets are kept.

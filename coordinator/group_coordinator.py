@@ -1,8 +1,11 @@
 """The group coordinator: groups and committed offsets of every __consumer_offsets partition here.
 
-State is a replay of __consumer_offsets (Kafka's OffsetCommit / GroupMetadata records, with
-transactional offset commits pending until their COMMIT/ABORT marker); every change is
-appended there before it is answered. The classic rebalance protocol lives in
+State is a replay of __consumer_offsets (Kafka's OffsetCommit / GroupMetadata records, the
+KIP-848 ConsumerGroup* records, transactional offset commits pending until their COMMIT/ABORT
+marker); every change is appended there before it is answered. Partitions are loaded and
+unloaded one at a time (load_partition / unload_partition: a cluster's broker serves the
+partitions it leads; a single node loads them all at start-up): a group whose partition is
+loading answers COORDINATOR_LOAD_IN_PROGRESS, one whose partition is not here NOT_COORDINATOR. The classic rebalance protocol lives in
 ClassicProtocolMixin, the KIP-848 consumer protocol in ConsumerProtocolMixin; this module owns
 loading, persistence, offsets (commit / fetch / delete / retention / transactional) and the admin
 views (list / describe / delete groups).
@@ -13,12 +16,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from coordinator import consumer_records as CR
 from coordinator.classic_protocol import ClassicProtocolMixin
-from coordinator.consumer_protocol import ConsumerGroup, ConsumerProtocolMixin
+from coordinator.consumer_protocol import ConsumerGroup, ConsumerProtocolMixin, MemberState
 from coordinator.group_metadata import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState
 from coordinator.offsets_store import OffsetAndMetadata, OffsetsStore, TopicPartition
 from coordinator.partition_access import PartitionAccess, partition_for
@@ -109,6 +113,11 @@ class GroupCoordinator(ClassicProtocolMixin, ConsumerProtocolMixin):
         self.retention_check_ms = int(self._cfg("offsets.retention.check.interval.ms", 600000))
         self._init_consumer_protocol()
         self._loaded: set[int] = set()
+        self._loading: set[int] = set()
+        self._unloaded: set[int] = set()  # given up by unload_partition (NOT_COORDINATOR)
+        # Cluster mode: partitions are loaded only when this broker leads them (the broker calls
+        # load_partition / unload_partition), and a partition not loaded here is not ours.
+        self.follows_leadership = False
         self._topic_ready = False
         self._ensure_lock: asyncio.Lock | None = None
         self._retention_task: asyncio.Task[None] | None = None
@@ -134,8 +143,9 @@ class GroupCoordinator(ClassicProtocolMixin, ConsumerProtocolMixin):
             while self.access.partition_exists(OFFSETS_TOPIC, n):
                 n += 1
             self.num_partitions = n
-            for p in range(n):
-                self._load_partition(p)
+            if not self.follows_leadership:
+                for p in range(n):
+                    await self.load_partition(p)
             self._topic_ready = True
         self._retention_task = asyncio.create_task(self._retention_loop(), name="offsets-retention")
 
@@ -146,6 +156,47 @@ class GroupCoordinator(ClassicProtocolMixin, ConsumerProtocolMixin):
         for group in list(self.groups.values()):
             self._unload_group(group, E.NOT_COORDINATOR)
         self.groups.clear()
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def load_partition(self, partition: int) -> None:
+        """Become the coordinator of one __consumer_offsets partition: replay it (its groups answer
+        COORDINATOR_LOAD_IN_PROGRESS until then). A partition already loaded is replayed afresh."""
+        if partition in self._loaded:
+            self.unload_partition(partition)
+        self._loading.add(partition)
+        try:
+            # The replay runs in one step on the loop: nothing (a marker's complete_txn, a
+            # request) interleaves with a half-built state.
+            self._load_partition(partition)
+        finally:
+            self._loading.discard(partition)
+
+    def unload_partition(self, partition: int) -> None:
+        """Stop coordinating one partition (its leadership moved away): its groups are dropped
+        (classic members waiting in JoinGroup / SyncGroup answered NOT_COORDINATOR, timers
+        cancelled), with their offsets and pending transactional offsets; from now on its
+        groups answer NOT_COORDINATOR."""
+        self._loaded.discard(partition)
+        self._loading.discard(partition)
+        self._unloaded.add(partition)
+        mine = lambda g: self.partition_for(g) == partition  # noqa: E731
+        for group_id in [g for g in self.groups if mine(g)]:
+            self._unload_group(self.groups.pop(group_id), E.NOT_COORDINATOR)
+        for group_id in [g for g in self.offsets.committed if mine(g)]:
+            del self.offsets.committed[group_id]
+        for producer_id, producer_groups in list(self.offsets.pending_txn.items()):
+            for group_id in [g for g in producer_groups if mine(g)]:
+                del producer_groups[group_id]
+            if not producer_groups:
+                del self.offsets.pending_txn[producer_id]
+        log.info("unloaded %s-%d", OFFSETS_TOPIC, partition)
 
     def _unload_group(self, group: Group, error: int) -> None:
         if isinstance(group, ClassicGroup):
@@ -177,9 +228,10 @@ class GroupCoordinator(ClassicProtocolMixin, ConsumerProtocolMixin):
                 "segment.bytes": str(self.segment_bytes),
                 "compression.type": "producer",
             })
-            for p in range(self.num_partitions):
-                if p not in self._loaded:
-                    self._load_partition(p)
+            if not self.follows_leadership:
+                for p in range(self.num_partitions):
+                    if p not in self._loaded:
+                        await self.load_partition(p)
             self._topic_ready = True
 
     def partition_for(self, group_id: str) -> int:
@@ -192,6 +244,10 @@ class GroupCoordinator(ClassicProtocolMixin, ConsumerProtocolMixin):
         p = self.partition_for(group_id)
         if p in self._loaded:
             return E.NONE
+        if p in self._loading:
+            return E.COORDINATOR_LOAD_IN_PROGRESS
+        if self.follows_leadership or p in self._unloaded:
+            return E.NOT_COORDINATOR
         if not self._topic_ready:
             return E.COORDINATOR_NOT_AVAILABLE
         return E.COORDINATOR_LOAD_IN_PROGRESS
@@ -204,6 +260,7 @@ class GroupCoordinator(ClassicProtocolMixin, ConsumerProtocolMixin):
         t0 = time.perf_counter()
         now = self._now()
         loaded_groups: dict[str, dict[str, Any] | None] = {}
+        consumer_groups = CR.GroupReplay()
         records = 0
         for header, data in self.access.iter_batches(OFFSETS_TOPIC, partition, 0):
             if header.is_control:
@@ -239,10 +296,25 @@ class GroupCoordinator(ClassicProtocolMixin, ConsumerProtocolMixin):
                         self.offsets.put(key["group"], tp, om)
                 elif rtype == IR.GROUP_METADATA:
                     loaded_groups[key["group"]] = value
-        for group_id, value in loaded_groups.items():
+                elif rtype in IR.CONSUMER_GROUP_RECORD_TYPES:
+                    consumer_groups.apply(rtype, key, value, rec.offset)
+        for group_id in {**loaded_groups, **consumer_groups.groups}:
             old = self.groups.pop(group_id, None)
             if old is not None:
                 self._unload_group(old, E.NOT_COORDINATOR)
+            # A KIP-848 group wins over classic GroupMetadata: converting an empty classic group
+            # tombstones its GroupMetadata, and a classic group never replaces a consumer group.
+            cg = consumer_groups.build(group_id, now, self.consumer_assignors[0])
+            if cg is not None:
+                self.groups[group_id] = cg
+                # As Kafka on load: every member gets a fresh session timeout (and one that
+                # owes a revocation a fresh rebalance timeout).
+                for cm in cg.members.values():
+                    self._cg_schedule_session(cg, cm)
+                    if cm.state == MemberState.UNREVOKED_PARTITIONS:
+                        self._cg_schedule_revocation(cg, cm)
+                continue
+            value = loaded_groups.get(group_id)
             if value is None:
                 continue
             group = ClassicGroup.from_record(group_id, value, now)
@@ -258,6 +330,7 @@ class GroupCoordinator(ClassicProtocolMixin, ConsumerProtocolMixin):
                 if self.partition_for(group_id) == partition and group_id not in self.groups:
                     self.groups[group_id] = ClassicGroup(group_id, now)
         self._loaded.add(partition)
+        self._unloaded.discard(partition)
         if records:
             log.info("loaded %s-%d: %d records, %d groups in %.1f ms", OFFSETS_TOPIC, partition, records,
                      sum(1 for g in self.groups if self.partition_for(g) == partition),
@@ -280,6 +353,29 @@ class GroupCoordinator(ClassicProtocolMixin, ConsumerProtocolMixin):
         except Exception as e:
             log.warning("failed to write group metadata of %s: %r", group.group_id, e)
             return _append_error(e)
+        return E.NONE
+
+    async def _cg_persist(self, group_id: str, previous: Any) -> int:
+        """Append the KIP-848 records of what changed in ``group_id`` since its last write (and
+        the GroupMetadata tombstone of the empty classic group it replaced, as Kafka does)."""
+        group = self.groups.get(group_id)
+        records: list[tuple[bytes, bytes | None]] = []
+        if isinstance(previous, ClassicGroup) and group is not previous:
+            records.append((IR.group_metadata_key(group_id), None))
+        new: CR.Image = {}
+        if isinstance(group, ConsumerGroup):
+            new = CR.image(group)
+            records += CR.diff_records(group_id, group.persisted, new, regex_version=group.regex_version,
+                                       now_ms=self._now())
+        if not records:
+            return E.NONE
+        try:
+            await self._append(self.partition_for(group_id), records)
+        except Exception as e:
+            log.warning("failed to write consumer group records of %s: %r", group_id, e)
+            return _append_error(e)
+        if isinstance(group, ConsumerGroup):
+            group.persisted = new
         return E.NONE
 
     def _store_group_later(self, group: ClassicGroup) -> None:
@@ -597,35 +693,39 @@ class GroupCoordinator(ClassicProtocolMixin, ConsumerProtocolMixin):
     async def delete_groups(self, group_ids: list[str]) -> dict[str, int]:
         out: dict[str, int] = {}
         for group_id in group_ids:
-            if not group_id:
-                out[group_id] = E.INVALID_GROUP_ID
-                continue
-            err = self._coordinator_error(group_id)
-            if err:
-                out[group_id] = err
-                continue
-            group = self.groups.get(group_id)
-            if group is None or (isinstance(group, ClassicGroup) and group.is_in(S.DEAD)):
-                out[group_id] = E.GROUP_ID_NOT_FOUND
-                continue
-            if (isinstance(group, ClassicGroup) and not group.is_in(S.EMPTY)) or \
-                    (isinstance(group, ConsumerGroup) and not group.is_empty):
-                out[group_id] = E.NON_EMPTY_GROUP
-                continue
-            records: list[tuple[bytes, bytes | None]] = [
-                (IR.offset_commit_key(group_id, t, p), None) for t, p in self.offsets.group_offsets(group_id)]
-            records.append((IR.group_metadata_key(group_id), None))
-            try:
-                await self._append(self.partition_for(group_id), records)
-            except Exception as e:
-                out[group_id] = _append_error(e)
-                continue
-            self.offsets.delete_group(group_id)
-            if self.groups.get(group_id) is group:
-                del self.groups[group_id]
-                if isinstance(group, ClassicGroup):
-                    group.transition_to(S.DEAD, self._now())
-                else:
-                    self._unload_consumer_group(group)
-            out[group_id] = E.NONE
+            # Serialized with the group's heartbeats: a member joining while the tombstones are
+            # written would be lost with the group.
+            async with self._cg_locked(group_id):
+                out[group_id] = await self._delete_group(group_id)
         return out
+
+    async def _delete_group(self, group_id: str) -> int:
+        if not group_id:
+            return E.INVALID_GROUP_ID
+        err = self._coordinator_error(group_id)
+        if err:
+            return err
+        group = self.groups.get(group_id)
+        if group is None or (isinstance(group, ClassicGroup) and group.is_in(S.DEAD)):
+            return E.GROUP_ID_NOT_FOUND
+        if (isinstance(group, ClassicGroup) and not group.is_in(S.EMPTY)) or \
+                (isinstance(group, ConsumerGroup) and not group.is_empty):
+            return E.NON_EMPTY_GROUP
+        records: list[tuple[bytes, bytes | None]] = [
+            (IR.offset_commit_key(group_id, t, p), None) for t, p in self.offsets.group_offsets(group_id)]
+        if isinstance(group, ConsumerGroup):
+            records += CR.tombstones(group_id, group.persisted)
+        else:
+            records.append((IR.group_metadata_key(group_id), None))
+        try:
+            await self._append(self.partition_for(group_id), records)
+        except Exception as e:
+            return _append_error(e)
+        self.offsets.delete_group(group_id)
+        if self.groups.get(group_id) is group:
+            del self.groups[group_id]
+            if isinstance(group, ClassicGroup):
+                group.transition_to(S.DEAD, self._now())
+            else:
+                self._unload_consumer_group(group)
+        return E.NONE

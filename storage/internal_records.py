@@ -24,6 +24,14 @@ TRANSACTION_TOPIC = "__transaction_state"
 OFFSET_COMMIT_LEGACY = 0
 OFFSET_COMMIT = 1
 GROUP_METADATA = 2
+# KIP-848 consumer groups (Kafka 3.9 / 4.0 layouts).
+CONSUMER_GROUP_METADATA = 3
+CONSUMER_GROUP_PARTITION_METADATA = 4
+CONSUMER_GROUP_MEMBER_METADATA = 5
+CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA = 6
+CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER = 7
+CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT = 8
+CONSUMER_GROUP_REGULAR_EXPRESSION = 16
 
 
 # --- schema tables -------------------------------------------------------------------------------
@@ -144,6 +152,8 @@ def _read_value(r: _Reader, f: Field, version: int, flexible: bool) -> Any:
         n = _read_length(r, flexible, short=False)
         return None if n < 0 else r.take(n)
     if t == "struct":
+        if f.nullable(version) and r.unpack(">b") < 0:  # a nullable struct is prefixed by -1 / 1
+            return None
         return _read_struct(r, f.fields, version, flexible)
     if t.startswith("[]"):
         n = _read_length(r, flexible, short=False)
@@ -170,6 +180,10 @@ def _write_value(out: bytearray, f: Field, value: Any, version: int, flexible: b
         _write_length(out, len(data), flexible, short=t == "string")
         out += data
     elif t == "struct":
+        if f.nullable(version):
+            out += struct.pack(">b", -1 if value is None else 1)
+            if value is None:
+                return
         _write_struct(out, f.fields, value, version, flexible)
     elif t.startswith("[]"):
         if value is None:
@@ -291,6 +305,59 @@ TRANSACTION_LOG_VALUE = Schema("TransactionLogValue", (
     F("nextProducerEpoch", "int16", "1+", default=-1, tag=3),
 ), max_version=1, first_flexible=1)
 
+# KIP-848 consumer group records (Kafka's ConsumerGroup*Key / *Value.json as of 3.9 / 4.0; the
+# tagged fields added later are known so that a newer log reads, and are never written). Keys are
+# never flexible; values are flexible from version 0.
+_CG_KEY = Schema("ConsumerGroupKey", (F("groupId", "string"),), max_version=32767)
+_CG_MEMBER_KEY = Schema("ConsumerGroupMemberKey", (F("groupId", "string"), F("memberId", "string")),
+                        max_version=32767)
+CONSUMER_GROUP_METADATA_VALUE = Schema("ConsumerGroupMetadataValue", (
+    F("epoch", "int32"),
+    F("metadataHash", "int64", default=0, tag=0),  # KIP-1101 (4.1)
+    F("creationTimeMs", "int64", default=-1, tag=1),  # KIP-1282
+), max_version=0, first_flexible=0)
+CONSUMER_GROUP_PARTITION_METADATA_VALUE = Schema("ConsumerGroupPartitionMetadataValue", (
+    F("topics", "[]struct", fields=(
+        F("topicId", "uuid"), F("topicName", "string"), F("numPartitions", "int32"),
+        F("partitionMetadata", "[]struct", fields=(F("partition", "int32"), F("racks", "[]string"))))),
+), max_version=0, first_flexible=0)
+CONSUMER_GROUP_MEMBER_METADATA_VALUE = Schema("ConsumerGroupMemberMetadataValue", (
+    F("instanceId", "string", nullable="0+"),
+    F("rackId", "string", nullable="0+"),
+    F("clientId", "string"),
+    F("clientHost", "string"),
+    F("subscribedTopicNames", "[]string"),
+    F("subscribedTopicRegex", "string", nullable="0+"),
+    F("rebalanceTimeoutMs", "int32", default=-1),
+    F("serverAssignor", "string", nullable="0+"),
+    F("classicMemberMetadata", "struct", nullable="0+", tag=0, fields=(
+        F("supportedProtocols", "[]struct", fields=(F("name", "string"), F("metadata", "bytes"))),)),
+), max_version=0, first_flexible=0)
+CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE = Schema("ConsumerGroupTargetAssignmentMetadataValue", (
+    F("assignmentEpoch", "int32"),
+    F("assignmentTimestamp", "int64", default=0, tag=0),  # KIP-1263 (4.3)
+), max_version=0, first_flexible=0)
+_CG_TOPIC_PARTITIONS = (F("topicId", "uuid"), F("partitions", "[]int32"))
+CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE = Schema("ConsumerGroupTargetAssignmentMemberValue", (
+    F("topicPartitions", "[]struct", fields=_CG_TOPIC_PARTITIONS),
+), max_version=0, first_flexible=0)
+_CG_ASSIGNED_PARTITIONS = (*_CG_TOPIC_PARTITIONS,
+                           F("assignmentEpochs", "[]int32", nullable="0+", tag=0))  # KIP-1251
+CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE = Schema("ConsumerGroupCurrentMemberAssignmentValue", (
+    F("memberEpoch", "int32"),
+    F("previousMemberEpoch", "int32"),
+    F("state", "int8"),  # Kafka's MemberState: 0 stable, 1 unrevoked, 2 unreleased partitions
+    F("assignedPartitions", "[]struct", fields=_CG_ASSIGNED_PARTITIONS),
+    F("partitionsPendingRevocation", "[]struct", fields=_CG_ASSIGNED_PARTITIONS),
+), max_version=0, first_flexible=0)
+CONSUMER_GROUP_REGULAR_EXPRESSION_KEY = Schema("ConsumerGroupRegularExpressionKey", (
+    F("groupId", "string"), F("regularExpression", "string")), max_version=32767)
+CONSUMER_GROUP_REGULAR_EXPRESSION_VALUE = Schema("ConsumerGroupRegularExpressionValue", (
+    F("topics", "[]string"),
+    F("version", "int64"),  # the metadata version the regex was resolved at
+    F("timestamp", "int64"),
+), max_version=0, first_flexible=0)
+
 # The consumer protocol's embedded subscription / assignment (JoinGroup metadata, SyncGroup bytes).
 _TOPIC_PARTITION = (F("topic", "string"), F("partitions", "[]int32"))
 CONSUMER_SUBSCRIPTION = Schema("ConsumerProtocolSubscription", (
@@ -310,7 +377,16 @@ OFFSETS_RECORDS: dict[int, tuple[Schema, Schema]] = {
     OFFSET_COMMIT_LEGACY: (OFFSET_COMMIT_KEY, OFFSET_COMMIT_VALUE),
     OFFSET_COMMIT: (OFFSET_COMMIT_KEY, OFFSET_COMMIT_VALUE),
     GROUP_METADATA: (GROUP_METADATA_KEY, GROUP_METADATA_VALUE),
+    CONSUMER_GROUP_METADATA: (_CG_KEY, CONSUMER_GROUP_METADATA_VALUE),
+    CONSUMER_GROUP_PARTITION_METADATA: (_CG_KEY, CONSUMER_GROUP_PARTITION_METADATA_VALUE),
+    CONSUMER_GROUP_MEMBER_METADATA: (_CG_MEMBER_KEY, CONSUMER_GROUP_MEMBER_METADATA_VALUE),
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA: (_CG_KEY, CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE),
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER: (_CG_MEMBER_KEY, CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE),
+    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: (_CG_MEMBER_KEY, CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE),
+    CONSUMER_GROUP_REGULAR_EXPRESSION: (CONSUMER_GROUP_REGULAR_EXPRESSION_KEY, CONSUMER_GROUP_REGULAR_EXPRESSION_VALUE),
 }
+CONSUMER_GROUP_RECORD_TYPES = frozenset(range(CONSUMER_GROUP_METADATA, CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT + 1)) \
+    | {CONSUMER_GROUP_REGULAR_EXPRESSION}
 TRANSACTION_RECORDS: dict[int, tuple[Schema, Schema]] = {0: (TRANSACTION_LOG_KEY, TRANSACTION_LOG_VALUE)}
 
 
@@ -368,6 +444,23 @@ def group_metadata_value(data: dict[str, Any], version: int = 3) -> bytes:
     return encode(GROUP_METADATA_VALUE, version, data)
 
 
+def consumer_group_key(record_type: int, group_id: str, member_id: str | None = None,
+                       regex: str | None = None) -> bytes:
+    """The key of a KIP-848 record: the group id, plus the member id (types 5, 7, 8) or the
+    regular expression (type 16)."""
+    data: dict[str, Any] = {"groupId": group_id}
+    if member_id is not None:
+        data["memberId"] = member_id
+    if regex is not None:
+        data["regularExpression"] = regex
+    return encode_key(record_type, data)
+
+
+def consumer_group_value(record_type: int, data: dict[str, Any]) -> bytes:
+    """A KIP-848 record value at version 0 (the only one Kafka 3.9 / 4.0 write)."""
+    return encode(OFFSETS_RECORDS[record_type][1], 0, data)
+
+
 def decode_subscription(data: bytes) -> dict[str, Any]:
     return decode(CONSUMER_SUBSCRIPTION, data)[1]
 
@@ -397,7 +490,8 @@ def _jsonable(obj: Any) -> Any:
     if isinstance(obj, bytes):
         return _b64(obj)
     if isinstance(obj, uuid.UUID):
-        return str(obj)
+        # Kafka's Uuid.toString(): URL-safe base64 without padding.
+        return base64.urlsafe_b64encode(obj.bytes).decode("ascii").rstrip("=")
     return obj
 
 

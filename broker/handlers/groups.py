@@ -403,7 +403,7 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request) -> Consu
                  member_id=None, member_epoch=-1, heartbeat_interval_ms=0, assignment=None)
     owned = None if request.topic_partitions is None else [
         (tp.topic_id, list(tp.partitions)) for tp in request.topic_partitions]
-    result = gc.consumer_group_heartbeat(
+    result = await gc.consumer_group_heartbeat(
         _TopicView(ctx), request.group_id, request.member_id, request.member_epoch,
         instance_id=request.instance_id, rack_id=request.rack_id, rebalance_timeout_ms=request.rebalance_timeout_ms,
         subscribed_topic_names=request.subscribed_topic_names,

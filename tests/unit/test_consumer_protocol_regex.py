@@ -34,10 +34,10 @@ class Topics:
         return [*self.parts, "__consumer_offsets"]
 
 
-def join(gc, topics, member, **kw):
+async def join(gc, topics, member, **kw):
     kw.setdefault("rebalance_timeout_ms", 30000)
     kw.setdefault("owned", [])
-    return gc.consumer_group_heartbeat(topics, "g", member, 0, **kw)
+    return (await gc.consumer_group_heartbeat(topics, "g", member, 0, **kw))
 
 
 async def settle(gc) -> None:
@@ -81,7 +81,7 @@ async def test_resolve_yields_between_slices() -> None:
 async def test_invalid_regex_answers_invalid_regular_expression() -> None:
     gc, _, _ = await make_coordinator()
     try:
-        r = join(gc, Topics(t=1), "m", subscribed_topic_regex="(a)(b)\\2")
+        r = (await join(gc, Topics(t=1), "m", subscribed_topic_regex="(a)(b)\\2"))
         assert r.error == E.INVALID_REGULAR_EXPRESSION == 128 and "not a valid regular expression" in r.message
     finally:
         await gc.stop()
@@ -92,21 +92,21 @@ async def test_regex_resolved_asynchronously_then_on_topic_changes() -> None:
     topics = Topics(lit=2, rx1=1, other=1)
     lit, rx1 = topics.ids["lit"], topics.ids["rx1"]
     try:
-        r = join(gc, topics, "m", subscribed_topic_names=["lit"], subscribed_topic_regex="rx.*")
+        r = (await join(gc, topics, "m", subscribed_topic_names=["lit"], subscribed_topic_regex="rx.*"))
         # The first heartbeat answers with the literal topic only: the regex is not resolved yet.
         assert r.error == E.NONE and r.assignment == {lit: {0, 1}}
         g = gc.groups["g"]
         epoch = g.group_epoch
         await settle(gc)
         assert g.resolved_regex == {"rx.*": frozenset({"rx1"})} and g.group_epoch == epoch + 1
-        r = gc.consumer_group_heartbeat(topics, "g", "m", r.member_epoch, owned=[(lit, [0, 1])])
+        r = (await gc.consumer_group_heartbeat(topics, "g", "m", r.member_epoch, owned=[(lit, [0, 1])]))
         assert r.assignment == {lit: {0, 1}, rx1: {0}} and r.member_epoch == epoch + 1
         # A matching topic is created: resolved again, off the notification.
         topics.add("rx2", 2)
         gc.on_topics_changed()
         await settle(gc)
         rx2 = topics.ids["rx2"]
-        r = gc.consumer_group_heartbeat(topics, "g", "m", r.member_epoch, owned=[(lit, [0, 1]), (rx1, [0])])
+        r = (await gc.consumer_group_heartbeat(topics, "g", "m", r.member_epoch, owned=[(lit, [0, 1]), (rx1, [0])]))
         assert r.assignment == {lit: {0, 1}, rx1: {0}, rx2: {0, 1}}
         # A matching topic is deleted.
         del topics.parts["rx1"]
@@ -114,11 +114,11 @@ async def test_regex_resolved_asynchronously_then_on_topic_changes() -> None:
         await settle(gc)
         assert g.resolved_regex == {"rx.*": frozenset({"rx2"})}
         # A second member with the same, already resolved regex counts at once.
-        r2 = join(gc, topics, "m2", subscribed_topic_regex="rx.*")
+        r2 = (await join(gc, topics, "m2", subscribed_topic_regex="rx.*"))
         assert r2.error == E.NONE and g.target["m2"]
         # Nobody subscribes to the regex any more: it is forgotten.
-        gc.consumer_group_heartbeat(topics, "g", "m", -1)
-        gc.consumer_group_heartbeat(topics, "g", "m2", -1)
+        (await gc.consumer_group_heartbeat(topics, "g", "m", -1))
+        (await gc.consumer_group_heartbeat(topics, "g", "m2", -1))
         assert g.resolved_regex == {}
     finally:
         await gc.stop()
@@ -130,11 +130,11 @@ async def test_empty_regex_is_no_subscription_change() -> None:
     try:
         # librdkafka sends SubscribedTopicRegex="" with every full heartbeat; it used to bump the
         # group epoch (and restart reconciliation) each time.
-        r = join(gc, topics, "m", subscribed_topic_names=["t"], subscribed_topic_regex="")
+        r = (await join(gc, topics, "m", subscribed_topic_names=["t"], subscribed_topic_regex=""))
         epoch = gc.groups["g"].group_epoch
-        r = gc.consumer_group_heartbeat(topics, "g", "m", r.member_epoch, subscribed_topic_names=["t"],
+        r = (await gc.consumer_group_heartbeat(topics, "g", "m", r.member_epoch, subscribed_topic_names=["t"],
                                         subscribed_topic_regex="", rebalance_timeout_ms=30000,
-                                        owned=[(topics.ids["t"], [0, 1])])
+                                        owned=[(topics.ids["t"], [0, 1])]))
         assert r.error == E.NONE and gc.groups["g"].group_epoch == epoch and r.member_epoch == epoch
     finally:
         await gc.stop()
@@ -145,15 +145,15 @@ async def test_request_validation_follows_kafka() -> None:
     topics = Topics(t=1)
     hb = gc.consumer_group_heartbeat
     try:
-        assert hb(topics, "g", "m", -3).error == E.INVALID_REQUEST  # MemberEpoch is invalid.
-        assert hb(topics, "g", "m", -2).error == E.INVALID_REQUEST  # InstanceId can't be null.
-        assert hb(topics, "g", "", 5).error == E.INVALID_REQUEST
+        assert (await hb(topics, "g", "m", -3)).error == E.INVALID_REQUEST  # MemberEpoch is invalid.
+        assert (await hb(topics, "g", "m", -2)).error == E.INVALID_REQUEST  # InstanceId can't be null.
+        assert (await hb(topics, "g", "", 5)).error == E.INVALID_REQUEST
         # v0, static leave: the member id may be empty (the instance id names the member).
-        assert hb(topics, "g", "", -2, instance_id="i", api_version=0).error == E.UNKNOWN_MEMBER_ID
-        assert hb(topics, "g", "", 0, api_version=0, subscribed_topic_names=["t"], rebalance_timeout_ms=1,
-                  owned=[]).error == E.NONE
-        assert hb(topics, "g", "m", 0, subscribed_topic_names=["t"], owned=[]).error == E.INVALID_REQUEST
-        assert hb(topics, "g", "m", 0, rebalance_timeout_ms=1, owned=[]).error == E.INVALID_REQUEST
+        assert (await hb(topics, "g", "", -2, instance_id="i", api_version=0)).error == E.UNKNOWN_MEMBER_ID
+        assert (await hb(topics, "g", "", 0, api_version=0, subscribed_topic_names=["t"], rebalance_timeout_ms=1,
+                  owned=[])).error == E.NONE
+        assert (await hb(topics, "g", "m", 0, subscribed_topic_names=["t"], owned=[])).error == E.INVALID_REQUEST
+        assert (await hb(topics, "g", "m", 0, rebalance_timeout_ms=1, owned=[])).error == E.INVALID_REQUEST
     finally:
         await gc.stop()
 
@@ -163,19 +163,19 @@ async def test_rejoin_right_after_leave_with_an_incremental_heartbeat() -> None:
     topics = Topics(t=2)
     hb = gc.consumer_group_heartbeat
     try:
-        assert join(gc, topics, "m", subscribed_topic_names=["t"], rebalance_timeout_ms=7000).error == E.NONE
-        assert hb(topics, "g", "m", -1).error == E.NONE
+        assert (await join(gc, topics, "m", subscribed_topic_names=["t"], rebalance_timeout_ms=7000)).error == E.NONE
+        assert (await hb(topics, "g", "m", -1)).error == E.NONE
         # librdkafka (unsubscribe + subscribe at once) rejoins without RebalanceTimeoutMs and
         # TopicPartitions: a member that just left is known, so this is not INVALID_REQUEST.
-        r = hb(topics, "g", "m", 0, subscribed_topic_names=["t"])
+        r = (await hb(topics, "g", "m", 0, subscribed_topic_names=["t"]))
         assert r.error == E.NONE and r.assignment == {topics.ids["t"]: {0, 1}}
         assert gc.groups["g"].members["m"].rebalance_timeout_ms == 7000
         # A member the coordinator never saw gets Kafka's answer.
-        assert hb(topics, "g", "new", 0, subscribed_topic_names=["t"]).error == E.INVALID_REQUEST
+        assert (await hb(topics, "g", "new", 0, subscribed_topic_names=["t"])).error == E.INVALID_REQUEST
         # Nor is one that left longer than a session timeout ago remembered.
-        assert hb(topics, "g", "m", -1).error == E.NONE
+        assert (await hb(topics, "g", "m", -1)).error == E.NONE
         await clock.advance(gc.consumer_session_timeout_ms + 1)
-        assert hb(topics, "g", "m", 0, subscribed_topic_names=["t"]).error == E.INVALID_REQUEST
+        assert (await hb(topics, "g", "m", 0, subscribed_topic_names=["t"])).error == E.INVALID_REQUEST
     finally:
         await gc.stop()
 

@@ -25,12 +25,12 @@ class Topics:
         return ["t", "__consumer_offsets"]
 
 
-def hb(gc, topics, member, epoch, owned=None, **kw):
+async def hb(gc, topics, member, epoch, owned=None, **kw):
     if epoch == 0:
         kw.setdefault("subscribed_topic_names", ["t"])
         kw.setdefault("rebalance_timeout_ms", 30000)
         owned = [] if owned is None else owned
-    return gc.consumer_group_heartbeat(topics, "g", member, epoch, owned=owned, **kw)
+    return await gc.consumer_group_heartbeat(topics, "g", member, epoch, owned=owned, **kw)
 
 
 def owned_list(a):
@@ -41,23 +41,23 @@ async def test_join_reconcile_and_leave() -> None:
     gc, _, clock = await make_coordinator()
     topics = Topics()
     try:
-        r1 = hb(gc, topics, "m1", 0)
+        r1 = (await hb(gc, topics, "m1", 0))
         assert r1.error == E.NONE and r1.member_epoch == 1 and r1.assignment == {T: set(range(6))}
-        r2 = hb(gc, topics, "m2", 0)
+        r2 = (await hb(gc, topics, "m2", 0))
         # m2 is at the new epoch at once, but everything is still owned by m1 (unreleased).
         assert r2.error == E.NONE and r2.member_epoch == 2 and not r2.assignment.get(T)
         g = gc.groups["g"]
         assert g.state_name == "Reconciling" and g.group_epoch == 2
         # m1 must first give up half of its partitions, keeping its epoch.
-        r1 = hb(gc, topics, "m1", 1, owned_list({T: set(range(6))}))
+        r1 = (await hb(gc, topics, "m1", 1, owned_list({T: set(range(6))})))
         kept = r1.assignment[T]
         assert r1.member_epoch == 1 and len(kept) == 3 and g.members["m1"].state == MemberState.UNREVOKED_PARTITIONS
         # m2 cannot get them before m1 confirms.
-        r2 = hb(gc, topics, "m2", 2, [])
+        r2 = (await hb(gc, topics, "m2", 2, []))
         assert r2.member_epoch == 2 and r2.assignment is None
-        r1 = hb(gc, topics, "m1", 1, owned_list({T: kept}))
+        r1 = (await hb(gc, topics, "m1", 1, owned_list({T: kept})))
         assert r1.member_epoch == 2
-        r2 = hb(gc, topics, "m2", 2, [])
+        r2 = (await hb(gc, topics, "m2", 2, []))
         assert r2.assignment[T] == set(range(6)) - kept
         assert g.state_name == "Stable"
         # Offsets are committed with the member epoch.
@@ -65,11 +65,11 @@ async def test_join_reconcile_and_leave() -> None:
         assert (await gc.commit_offsets("g", 2, "m2", None, {("t", 0): (1, -1, "")}))[("t", 0)] == E.NONE
         assert gc.fetch_offsets("g", None, member_id="m2", member_epoch=1)[0] == E.STALE_MEMBER_EPOCH
         # Fencing: a wrong epoch, an unknown member.
-        assert hb(gc, topics, "m2", 9, []).error == E.FENCED_MEMBER_EPOCH
-        assert hb(gc, topics, "ghost", 2, []).error == E.UNKNOWN_MEMBER_ID
+        assert (await hb(gc, topics, "m2", 9, [])).error == E.FENCED_MEMBER_EPOCH
+        assert (await hb(gc, topics, "ghost", 2, [])).error == E.UNKNOWN_MEMBER_ID
         # m1 leaves; m2 gets everything at the next epoch.
-        assert hb(gc, topics, "m1", -1).error == E.NONE
-        r2 = hb(gc, topics, "m2", 2, owned_list({T: set(range(6)) - kept}))
+        assert (await hb(gc, topics, "m1", -1)).error == E.NONE
+        r2 = (await hb(gc, topics, "m2", 2, owned_list({T: set(range(6)) - kept})))
         assert r2.member_epoch == 3 and r2.assignment[T] == set(range(6))
         # Session expiry fences a silent member.
         await clock.advance(gc.consumer_session_timeout_ms + 1)
@@ -82,13 +82,13 @@ async def test_validation_and_partition_growth() -> None:
     gc, _, _ = await make_coordinator(config={"group.consumer.assignors": "range"})
     topics = Topics(2)
     try:
-        assert hb(gc, topics, "", 0).error == E.INVALID_REQUEST  # v1: the client names itself
-        assert gc.consumer_group_heartbeat(topics, "g", "m", 0, owned=[]).error == E.INVALID_REQUEST
-        assert hb(gc, topics, "m", 0, server_assignor="sticky").error == E.UNSUPPORTED_ASSIGNOR
-        r = hb(gc, topics, "m", 0)
+        assert (await hb(gc, topics, "", 0)).error == E.INVALID_REQUEST  # v1: the client names itself
+        assert (await gc.consumer_group_heartbeat(topics, "g", "m", 0, owned=[])).error == E.INVALID_REQUEST
+        assert (await hb(gc, topics, "m", 0, server_assignor="sticky")).error == E.UNSUPPORTED_ASSIGNOR
+        r = (await hb(gc, topics, "m", 0))
         assert r.assignment == {T: {0, 1}} and gc.groups["g"].assignor_name == "range"
         topics.partitions = 4  # partitions added: new epoch, new target
-        r = hb(gc, topics, "m", r.member_epoch, owned_list({T: {0, 1}}))
+        r = (await hb(gc, topics, "m", r.member_epoch, owned_list({T: {0, 1}})))
         assert r.member_epoch == 2 and r.assignment == {T: {0, 1, 2, 3}}
         # Classic members cannot join a consumer group.
         j = await gc.join_group("g", "", None, "consumer", [("range", b"")], 10000, 10000, "c", "h")
@@ -102,16 +102,16 @@ async def test_static_member_rejoins_with_its_assignment() -> None:
     gc, _, _ = await make_coordinator()
     topics = Topics(4)
     try:
-        r1 = hb(gc, topics, "a1", 0, instance_id="i-a")
-        r2 = hb(gc, topics, "b1", 0, instance_id="i-b")
-        r1 = hb(gc, topics, "a1", r1.member_epoch, owned_list(r1.assignment))
-        r1 = hb(gc, topics, "a1", r1.member_epoch, owned_list(r1.assignment))
-        r2 = hb(gc, topics, "b1", r2.member_epoch, [])
+        r1 = (await hb(gc, topics, "a1", 0, instance_id="i-a"))
+        r2 = (await hb(gc, topics, "b1", 0, instance_id="i-b"))
+        r1 = (await hb(gc, topics, "a1", r1.member_epoch, owned_list(r1.assignment)))
+        r1 = (await hb(gc, topics, "a1", r1.member_epoch, owned_list(r1.assignment)))
+        r2 = (await hb(gc, topics, "b1", r2.member_epoch, []))
         a_parts = gc.groups["g"].members["a1"].assigned
         epoch = gc.groups["g"].group_epoch
-        assert hb(gc, topics, "a2", 0, instance_id="i-a").error == E.UNRELEASED_INSTANCE_ID
-        assert hb(gc, topics, "a1", -2, instance_id="i-a").error == E.NONE
-        r = hb(gc, topics, "a2", 0, instance_id="i-a")
+        assert (await hb(gc, topics, "a2", 0, instance_id="i-a")).error == E.UNRELEASED_INSTANCE_ID
+        assert (await hb(gc, topics, "a1", -2, instance_id="i-a")).error == E.NONE
+        r = (await hb(gc, topics, "a2", 0, instance_id="i-a"))
         assert r.error == E.NONE and r.assignment == a_parts and gc.groups["g"].group_epoch == epoch
     finally:
         await gc.stop()
