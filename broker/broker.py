@@ -23,6 +23,7 @@ from broker.config import BrokerConfig, log_config_properties
 from broker.config.listeners import unimplemented_listeners
 from broker.coordinator_bridge import LocalPartitionAccess
 from broker.handlers import load_handlers
+from broker.inter_broker import InterBrokerClients
 from broker.metadata import INTERNAL_TOPICS, BrokerInfo, LocalMetadataStore, MetadataStore, TopicInfo
 from broker.replica_manager import ReplicaManager
 from broker.server import KafkaServer
@@ -50,6 +51,7 @@ class Broker:
         self.metadata: MetadataStore
         self.log_manager: LogManager
         self.replica_manager = ReplicaManager(self)
+        self.inter_broker = InterBrokerClients(self)  # cluster mode: markers, KIP-890 verification
         self.server = KafkaServer(self)
         self.producer_ids: ProducerIdManager
         self._tasks: list[asyncio.Task[None]] = []
@@ -124,10 +126,17 @@ class Broker:
             await self.producer_ids.ready()
         self.partition_access = LocalPartitionAccess(self)
         self.txn_coordinator = TransactionCoordinator(self.partition_access, self.config, self.producer_ids)
+        # Cluster mode (issue 15): coordinators serve the internal partitions this broker leads.
+        self.txn_coordinator.follows_leadership = self.cluster is not None
         await self.txn_coordinator.start()
         self.group_coordinator = _make_group_coordinator(self.partition_access, self.config, self.node_id)
         if self.group_coordinator is not None:
+            if self.cluster is not None and hasattr(self.group_coordinator, "follows_leadership"):
+                self.group_coordinator.follows_leadership = True
             await self.group_coordinator.start()
+        if self.cluster is not None:
+            for part in list(self.replica_manager.all()):
+                self.partition_role_changed(part)
         self.bound = await self.server.start()
         if listener := self.config.get("kbroker.prometheus.listener"):
             from broker.metrics.endpoint import MetricsEndpoint
@@ -212,8 +221,6 @@ class Broker:
             # In steps off the loop (a topic may have thousands of partitions); create_topic and
             # add_partitions wait for it before answering.
             self.replica_manager.start_creation(info.name, info.topic_id)
-            if event == "created" and info.internal and self.cluster is not None:
-                self._load_coordinator(info)
         elif event == "deleted":
             self.replica_manager.remove_topic(info.name)
         elif event == "configs":
@@ -223,24 +230,28 @@ class Broker:
         if event in ("created", "deleted") and getattr(self, "group_coordinator", None) is not None:
             self.group_coordinator.on_topics_changed()  # KIP-848 regex subscriptions are resolved again
 
-    def _load_coordinator(self, info: TopicInfo) -> None:
-        """Cluster mode: the broker holding an internal topic loads its coordinator as soon as the
-        topic exists. Its FindCoordinator created the topic, but that request may have been
-        cancelled (client gone) between the etcd write and the load; the other brokers then
-        answer this one as coordinator while it would never load (COORDINATOR_NOT_AVAILABLE)."""
-        coords = [getattr(self, "group_coordinator", None), getattr(self, "txn_coordinator", None)]
-        topic = info.name
-        coord = next((c for c in coords if c is not None and c.topic == topic), None)
-        if coord is None or not any(self.replica_manager.is_local(topic, p)
-                                    for p in range(info.num_partitions)):
+    def partition_role_changed(self, part: Any) -> None:
+        """Cluster mode (issue 15): a coordinator serves exactly the internal partitions this
+        broker leads. It loads one when this broker becomes its leader (the transaction
+        coordinator at the leader epoch, its coordinator epoch) and unloads it when the
+        leadership moves away (NOT_COORDINATOR from then on). Called by the replica manager
+        after every role decision."""
+        if self.cluster is None or part.topic not in INTERNAL_TOPICS:
             return
-
-        async def load() -> None:
-            await self.replica_manager.wait_created(topic)
-            await coord.ensure_topic()
-
-        task = asyncio.create_task(load(), name=f"load-coordinator-{topic}")
-        self._tasks.append(task)
+        coord = next((c for c in (getattr(self, "group_coordinator", None), getattr(self, "txn_coordinator", None))
+                      if c is not None and c.topic == part.topic and hasattr(c, "unload_partition")), None)
+        if coord is None:
+            return
+        p = part.index
+        if part.leader_state is None:
+            if coord.is_loaded(p):
+                coord.unload_partition(p)
+            return
+        if coord is self.txn_coordinator:
+            coord.load_partition(p, part.leader_epoch)
+        elif not coord.is_loaded(p):
+            task = asyncio.create_task(coord.load_partition(p), name=f"load-{part.topic}-{p}")
+            self._tasks.append(task)
 
     def verify_txn_partition(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
                              topic: str, partition: int) -> int:
@@ -396,6 +407,7 @@ class Broker:
         await self.replica_manager.cancel_creations()
         await self.server.stop()
         await self.replica_manager.stop_replication()
+        await self.inter_broker.close()
         if self.metrics_endpoint is not None:
             await self.metrics_endpoint.stop()
         await self.txn_coordinator.stop()

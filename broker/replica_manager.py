@@ -327,6 +327,7 @@ class ReplicaManager:
                 part.leader_state = LeaderState(epoch, part.log.log_end_offset, followers, now)
                 log.info("%s-%d: leading epoch %d from offset %d (high watermark %d, ISR %s)", t, p, epoch,
                          part.log.log_end_offset, part.high_watermark, md.isr(t, p))
+                self.broker.partition_role_changed(part)
             else:
                 for r in md.replicas(t, p):
                     if r != me:
@@ -342,6 +343,7 @@ class ReplicaManager:
             self.fetchers.add(part, leader)
         else:
             self.fetchers.remove(part)
+        self.broker.partition_role_changed(part)
 
     def _drop_replicas(self, keys: list[tuple[str, int]]) -> None:
         """Replicas reassigned away from this broker: stop serving and fetching them, delete their logs."""
@@ -687,9 +689,21 @@ class ReplicaManager:
 
     async def append_async(self, part: Partition, buf: bytearray | memoryview, *,
                            transactional_id: str | None = None) -> AppendOutcome:
-        """``append``, with the record validation of a large compressed batch run off the loop."""
+        """``append``, with the record validation of a large compressed batch run off the loop and,
+        in a cluster, the KIP-890 verification of a transactional batch asked of its coordinator
+        (broker.txn_verification), which may be another broker."""
+        verified = False
+        if self.replicated and len(buf) >= 61 and buf[16] == 2 and buf[22] & 0x10:
+            code = await self._verify_txn_remote(part, buf, transactional_id)
+            if code != ErrorCode.NONE:
+                return AppendOutcome(error=code, log_start_offset=part.log.log_start_offset,
+                                     message=f"{part.topic}-{part.index} is not part of an ongoing transaction")
+            if self.partitions.get((part.topic, part.index)) is not part or part.leader_state is None:
+                return AppendOutcome(error=ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                     message="The leadership moved during the transaction check.")
+            verified = True
         if not validation_is_offloaded(buf):
-            return self.append(part, buf, transactional_id=transactional_id)
+            return self.append(part, buf, transactional_id=transactional_id, verified=verified)
         lg = part.log
         compacted_tp = f"{part.topic}-{part.index}" if lg.config.compact_enabled else None
         try:
@@ -701,10 +715,29 @@ class ReplicaManager:
         if self.partitions.get((part.topic, part.index)) is not part:  # deleted meanwhile
             return AppendOutcome(error=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                  message="This server does not host this topic-partition.")
-        return self.append(part, buf, transactional_id=transactional_id, headers=headers)
+        return self.append(part, buf, transactional_id=transactional_id, headers=headers, verified=verified)
+
+    async def _verify_txn_remote(self, part: Partition, buf: bytearray | memoryview,
+                                 transactional_id: str | None) -> ErrorCode:
+        from broker.txn_verification import verify
+
+        try:
+            h = B.parse_header(buf)
+        except Exception:  # noqa: BLE001 - a malformed batch is answered by validation
+            return ErrorCode.NONE
+        if not h.has_producer_id:
+            return ErrorCode.NONE
+        ps = part.producer_state
+        entry = ps.last_entry(h.producer_id) if ps is not None else None
+        if entry is not None and entry.current_txn_first_offset is not None and entry.producer_epoch == h.producer_epoch:
+            return ErrorCode.NONE  # the transaction is already open on this partition
+        if not transactional_id:
+            return ErrorCode.INVALID_TXN_STATE
+        return await verify(self.broker, transactional_id, h.producer_id, h.producer_epoch, part.topic, part.index)
 
     def append(self, part: Partition, buf: bytearray | memoryview, *, now_ms: int | None = None,
-               transactional_id: str | None = None, headers: list[B.BatchHeader] | None = None) -> AppendOutcome:
+               transactional_id: str | None = None, headers: list[B.BatchHeader] | None = None,
+               verified: bool = False) -> AppendOutcome:
         """Validate and append one client batch; duplicates of recent idempotent batches are
         answered with their original offsets and not written again. ``headers``: the batch was
         validated already (``append_async``)."""
@@ -724,7 +757,7 @@ class ReplicaManager:
                     due = dup.last_offset >= lg.recovery_point and lg.flush_messages_due()
                     return AppendOutcome(base_offset=dup.first_offset, last_offset=dup.last_offset,
                                          log_start_offset=lg.log_start_offset, flush_due=due)
-                if h.is_transactional:
+                if h.is_transactional and not verified:
                     self._verify_txn(part, h, transactional_id)
                 ps.validate(h, now_ms=now)
             result = lg.append(buf, headers, leader_epoch=part.leader_epoch, now_ms=now)

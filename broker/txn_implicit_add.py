@@ -48,7 +48,7 @@ async def add_produce_partitions(broker: Any, request: Any, version: int) -> dic
     wanted: dict[tuple[int, int], list[tuple[str, int]]] = {}
     for td in request.topic_data:
         for pd in td.partition_data:
-            part = rm.get(td.name, pd.index)
+            part, _ = rm.get_leader(td.name, pd.index)
             if part is None or pd.records is None or len(pd.records) < 61:
                 continue  # answered by the normal path (unknown partition, invalid records)
             try:

@@ -371,8 +371,10 @@ class EtcdMetadataStore(MetadataStore):
             await self._txn([], ops)
 
     def _placement(self, first: int, count: int, rf: int, internal: bool) -> dict[int, list[int]]:
-        if internal:
-            return {first + i: [self.node_id] for i in range(count)}
+        # Internal topics are placed like any other (issue 15): their replication factor comes
+        # from offsets.topic.replication.factor / transaction.state.log.replication.factor, and
+        # with fewer live brokers the creation fails (INVALID_REPLICATION_FACTOR), so
+        # FindCoordinator answers COORDINATOR_NOT_AVAILABLE until enough brokers have registered.
         racks = {n: r.rack for n, r in self._brokers.items()}
         return place_replicas(racks, count, rf, first_partition=first)
 

@@ -79,6 +79,17 @@ _GIVE_UP = {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID, Er
             ErrorCode.TRANSACTION_COORDINATOR_FENCED}
 
 
+def _append_error(e: BaseException) -> ErrorCode:
+    """Kafka's TransactionStateManager mapping of a failed log append to the client's error."""
+    code = getattr(e, "code", None)
+    if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
+                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE):
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+    return ErrorCode.NOT_COORDINATOR  # NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR, anything else
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -111,7 +122,12 @@ class TransactionCoordinator:
         self.remove_interval_ms = int(config.get("transaction.remove.expired.transaction.cleanup.interval.ms"))
         self.two_phase_commit_enable = _bool(config.get("transaction.two.phase.commit.enable"))
         self.segment_bytes = str(config.get("transaction.state.log.segment.bytes"))
-        self.coordinator_epoch = 0
+        self.min_isr = int(config.get("transaction.state.log.min.isr") or 2)
+        self.coordinator_epoch = 0  # single node: every partition's
+        # Cluster mode (issue 15): partitions are loaded and unloaded as this broker gains and
+        # loses their leadership; each one's coordinator epoch is its leader epoch.
+        self.follows_leadership = False
+        self.coordinator_epochs: dict[int, int] = {}
         self.txns: dict[str, TxnMetadata] = {}
         self.timed_out_aborts = 0  # transactions aborted for their timeout (a metric, broker.metrics)
         self._loaded: set[int] = set()
@@ -122,7 +138,9 @@ class TransactionCoordinator:
     # --- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        if self.access.partition_exists(TOPIC, 0):
+        if self.follows_leadership:
+            self._topic_ready = self.access.partition_exists(TOPIC, 0)
+        elif self.access.partition_exists(TOPIC, 0):
             self._topic_ready = True
             for p in range(self.num_partitions):
                 self._load_partition(p)
@@ -139,12 +157,45 @@ class TransactionCoordinator:
             return
         await self.access.ensure_internal_topic(TOPIC, self.num_partitions, {
             "cleanup.policy": "compact", "segment.bytes": self.segment_bytes, "compression.type": "uncompressed",
-            "min.insync.replicas": "1", "unclean.leader.election.enable": "false",
+            # Kafka: transaction.state.log.min.isr (a single node has an ISR of one and ignores it).
+            "min.insync.replicas": str(self.min_isr), "unclean.leader.election.enable": "false",
         })
         self._topic_ready = True
+        if self.follows_leadership:
+            return
         for p in range(self.num_partitions):
             if p not in self._loaded:
                 self._load_partition(p)
+
+    def load_partition(self, p: int, epoch: int) -> None:
+        """Cluster mode: this broker now leads partition ``p`` of __transaction_state at leader
+        epoch ``epoch``, its coordinator epoch. Its transactions are replayed from the log and
+        every PrepareCommit/PrepareAbort found is completed (markers carry the new epoch)."""
+        if p in self._loaded and self.coordinator_epochs.get(p) == epoch:
+            return
+        self.unload_partition(p)
+        self._topic_ready = True
+        self.coordinator_epochs[p] = epoch
+        self._load_partition(p)
+        log.info("transaction coordinator: loaded %s-%d at coordinator epoch %d (%d transactional ids)", TOPIC, p,
+                 epoch, sum(1 for tid in self.txns if self.partition_for(tid) == p))
+
+    def unload_partition(self, p: int) -> None:
+        """Cluster mode: the leadership of partition ``p`` moved away; its transactional ids
+        answer NOT_COORDINATOR here from now on, and completions in flight stop."""
+        if p not in self._loaded:
+            return
+        self._loaded.discard(p)
+        self.coordinator_epochs.pop(p, None)
+        for tid in [t for t in self.txns if self.partition_for(t) == p]:
+            del self.txns[tid]
+        log.info("transaction coordinator: unloaded %s-%d", TOPIC, p)
+
+    def epoch_of(self, p: int) -> int:
+        return self.coordinator_epochs.get(p, self.coordinator_epoch)
+
+    def _still_owned(self, md: TxnMetadata, p: int, epoch: int) -> bool:
+        return p in self._loaded and self.epoch_of(p) == epoch and self.txns.get(md.transactional_id) is md
 
     def partition_for(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.num_partitions)
@@ -209,7 +260,7 @@ class TransactionCoordinator:
             await self.access.append(TOPIC, self.partition_for(md.transactional_id), batch)
         except Exception as e:  # the coordinator partition is not writable here
             log.warning("could not persist %s for %s: %s", state.name, md.transactional_id, e)
-            return ErrorCode.NOT_COORDINATOR
+            return _append_error(e)
         finally:
             md.pending = None
         for k, val in target.items():
@@ -225,6 +276,8 @@ class TransactionCoordinator:
     # --- InitProducerId ----------------------------------------------------------------------
 
     def _check_loaded(self, tid: str) -> ErrorCode:
+        if self.follows_leadership and self.partition_for(tid) not in self._loaded:
+            return ErrorCode.NOT_COORDINATOR  # another broker leads its partition
         if not self._topic_ready or self.partition_for(tid) not in self._loaded:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self._topic_ready else ErrorCode.NOT_COORDINATOR
         return ErrorCode.NONE
@@ -526,11 +579,16 @@ class TransactionCoordinator:
     async def _complete(self, md: TxnMetadata) -> None:
         """Write the markers of a prepared transaction, then its Complete state."""
         commit = md.state == TxnState.PREPARE_COMMIT
+        p = self.partition_for(md.transactional_id)
+        epoch = self.epoch_of(p)
         await _delay_if("txn.before_markers")
         remaining = set(md.partitions)
         backoff = 0.05
         while remaining:
-            entry = TxnMarkerEntry(md.producer_id, md.producer_epoch, commit, self.coordinator_epoch,
+            if not self._still_owned(md, p, epoch):
+                log.info("transaction %s: coordinator moved; the new one completes it", md.transactional_id)
+                return
+            entry = TxnMarkerEntry(md.producer_id, md.producer_epoch, commit, epoch,
                                    _by_topic(remaining), transaction_version=md.client_txn_version)
             try:
                 results = await self.access.write_txn_markers([entry])
@@ -554,6 +612,8 @@ class TransactionCoordinator:
             changes.update(producer_id=md.next_producer_id, producer_epoch=0, prev_producer_id=md.producer_id,
                            next_producer_id=-1)
         while await self._persist(md, target, **changes) != ErrorCode.NONE:
+            if not self._still_owned(md, p, epoch):
+                return
             await asyncio.sleep(0.5)
         log.debug("transaction %s %s", md.transactional_id, target.wire_name)
 

@@ -6,9 +6,12 @@ Utils.abs(String.hashCode) % partitions); the coordinator is that partition's le
 internal topic is created on the first lookup, as in Kafka. v4+ batches several keys. While a
 coordinator partition is still loading the answer is COORDINATOR_NOT_AVAILABLE; an unknown key
 type gets INVALID_REQUEST; SHARE (2) is not supported.
-Cluster mode: every broker answers the leader of the key's partition (COORDINATOR_NOT_AVAILABLE
-while it has none). The internal topics are placed entirely on the broker that creates them, whose
-coordinators load them; coordinators do not move to other brokers yet (issue 15).
+Cluster mode (issue 15): every broker answers the leader of the key's partition
+(COORDINATOR_NOT_AVAILABLE while it has none); that broker's coordinator loaded the partition when
+it became its leader and answers COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR itself. The
+internal topics are created with offsets.topic.replication.factor /
+transaction.state.log.replication.factor replicas (default 3): with fewer live brokers the
+creation fails and FindCoordinator answers COORDINATOR_NOT_AVAILABLE until enough registered.
 
 ACLs (as KafkaApis): DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) or on the transactional id
 (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), per key, before anything else is looked at.
@@ -42,11 +45,13 @@ async def locate(ctx: RequestContext, key: str | None, key_type: int) -> tuple[i
     try:
         await coord.ensure_topic()
     except KafkaError as e:
+        if e.code == ErrorCode.INVALID_REPLICATION_FACTOR:  # too few brokers yet (Kafka: not available)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1, e.message
         return e.code, -1, "", -1, e.message
     partition = coord.partition_for(key)
-    if not coord.is_loaded(partition):
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1, "coordinator is loading"
     leader = broker.metadata.leader(coord.topic, partition)
+    if broker.cluster is None and not coord.is_loaded(partition):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1, "coordinator is loading"
     for node, host, port, _rack in ctx.broker_addresses():  # the address on the client's listener
         if node == leader:
             return ErrorCode.NONE, node, host, port, None

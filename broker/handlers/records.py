@@ -26,12 +26,11 @@ async def handle_delete_records(ctx: RequestContext, request) -> DeleteRecordsRe
     for t in request.topics:
         parts = []
         for p in t.partitions:
-            part = rm.get(t.name, p.partition_index) if t.name in deletable else None
+            part, missing = (rm.get_leader(t.name, p.partition_index) if t.name in deletable
+                             else (None, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
             code, low = ErrorCode.NONE, -1
-            if t.name not in deletable:
-                code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            elif part is None:
-                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if part is None:
+                code = missing
             else:
                 target = part.high_watermark if p.offset == -1 else p.offset
                 if target < 0 or target > part.high_watermark:

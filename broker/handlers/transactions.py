@@ -73,13 +73,18 @@ APTopic = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
 async def _add_partitions(ctx: RequestContext, tid: str, pid: int, epoch: int, topics, verify_only: bool,
                           v: int) -> dict[tuple[str, int], int]:
     coord = _coordinator(ctx)
-    rm = ctx.broker.replica_manager
     wanted = [(t.name, p) for t in topics for p in t.partitions]
     if not _txn_ok(ctx, tid):
         return dict.fromkeys(wanted, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     writable = ctx.authorized(AclOperation.WRITE, ResourceType.TOPIC, (tp[0] for tp in wanted))
+    md = ctx.broker.metadata
+
+    def exists(topic: str, p: int) -> bool:  # in a cluster the coordinator need not host the partition
+        info = md.get_topic(topic)
+        return info is not None and 0 <= p < info.num_partitions
+
     failed = {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED if tp[0] not in writable else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-              for tp in wanted if tp[0] not in writable or rm.get(*tp) is None}
+              for tp in wanted if tp[0] not in writable or not exists(*tp)}
     if failed:
         return {tp: failed.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in wanted}
     if verify_only:
@@ -249,10 +254,11 @@ async def handle_describe_producers(ctx: RequestContext, request) -> DescribePro
     for t in request.topics:
         parts = []
         for p in t.partition_indexes:
-            part = rm.get(t.name, p) if t.name in readable else None
+            part, missing = (rm.get_leader(t.name, p) if t.name in readable
+                             else (None, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
             if part is None or part.producer_state is None:
-                parts.append(P(version=v, partition_index=p, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                               if t.name in readable else ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                parts.append(P(version=v, partition_index=p, error_code=missing if part is None
+                               else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                error_message=None, active_producers=[]))
                 continue
             active = [S(version=v, producer_id=e.producer_id, producer_epoch=e.producer_epoch,

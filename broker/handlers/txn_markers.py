@@ -10,6 +10,9 @@ COMMIT/ABORT control batch is appended, the producer's open transaction is close
 on), an ABORT adds its entry to the segment's ``.txnindex``, and read_committed fetchers parked
 on the partition are woken. Markers landing in ``__consumer_offsets`` also settle the group
 offsets committed in that transaction. The coordinator calls this same code for local leaders.
+Cluster mode: only the partition's leader writes markers (NOT_LEADER_OR_FOLLOWER elsewhere), and
+answers once the ISR has them (acks=all; NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT or
+NOT_LEADER_OR_FOLLOWER otherwise, which the coordinator retries).
 
 ACLs (as KafkaApis): CLUSTER_ACTION on the cluster, else every partition answers
 CLUSTER_AUTHORIZATION_FAILED and nothing is written.
@@ -17,6 +20,7 @@ CLUSTER_AUTHORIZATION_FAILED and nothing is written.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -33,6 +37,8 @@ from storage.log import AbortedTxn
 if TYPE_CHECKING:
     from broker.broker import Broker
 
+MARKER_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms for the marker append
+
 log = logging.getLogger("broker.txn_markers")
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -46,9 +52,9 @@ def marker_batch(m: TxnMarkerEntry) -> bytes:
 
 
 def write_marker(broker: Broker, m: TxnMarkerEntry, topic: str, partition: int, batch: bytes | None = None) -> ErrorCode:
-    part = broker.replica_manager.get(topic, partition)
-    if part is None:
-        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    part, missing = broker.replica_manager.get_leader(topic, partition)
+    if part is None:  # only the leader writes markers; a follower copies them
+        return missing
     ps = part.producer_state
     try:
         if ps is not None:
@@ -83,12 +89,21 @@ async def write_markers_locally(broker: Broker, markers: list[TxnMarkerEntry]) -
         batch = marker_batch(m)
         for topic, parts in m.partitions.items():
             for p in parts:
-                out[(m.producer_id, topic, p)] = write_marker(broker, m, topic, p, batch)
+                code = out[(m.producer_id, topic, p)] = write_marker(broker, m, topic, p, batch)
                 part = broker.replica_manager.get(topic, p)
-                if part is not None:
-                    touched.append(part)
+                if part is not None and code == ErrorCode.NONE:
+                    touched.append((m.producer_id, topic, part))
+    rm = broker.replica_manager
     # Markers are answered (and CompleteCommit written) only once flush.messages is honoured.
-    await broker.replica_manager.flush_due(touched)
+    await rm.flush_due(part for _, _, part in touched)
+    # In a cluster, only once the ISR has them too (Kafka appends markers with acks=all).
+    waits = [(pid, topic, part) for pid, topic, part in touched if part.replicated]
+    if waits:
+        codes = await asyncio.gather(*(rm.wait_replicated(part, part.log.log_end_offset, MARKER_TIMEOUT_S)
+                                       for _, _, part in waits))
+        for (pid, topic, part), code in zip(waits, codes, strict=True):
+            if code != ErrorCode.NONE:
+                out[(pid, topic, part.index)] = code
     return out
 
 

@@ -1,0 +1,78 @@
+"""Requests from this broker to other brokers of the cluster (transaction markers, KIP-890
+verification): one pipelined connection per remote broker to its advertised address on
+``inter.broker.listener.name`` (default: the first listener), opened on demand and dropped on any
+connection error so the next request reconnects, possibly to a new address from metadata.
+
+Follower fetchers keep their own connections (broker/replication/fetcher.py): their long polls
+must not delay these requests. Deviation: plaintext without SASL, as the fetchers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+from protocol.client import ProtocolClient
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+log = logging.getLogger("broker.inter_broker")
+
+CONNECT_TIMEOUT_S = 10.0
+
+
+class InterBrokerClients:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._clients: dict[int, tuple[tuple[str, int], ProtocolClient]] = {}
+        self._locks: dict[int, asyncio.Lock] = {}
+
+    def address(self, node_id: int) -> tuple[str, int] | None:
+        cfg = self.broker.config
+        listener = cfg.get("inter.broker.listener.name") or cfg.listeners[0].name
+        for b in self.broker.metadata.brokers():
+            if b.node_id == node_id:
+                return b.address(listener)
+        return None
+
+    async def _client(self, node_id: int) -> ProtocolClient:
+        addr = self.address(node_id)
+        if addr is None:
+            raise ConnectionError(f"broker {node_id} is not registered")
+        known = self._clients.get(node_id)
+        if known is not None and known[0] == addr:
+            return known[1]
+        lock = self._locks.setdefault(node_id, asyncio.Lock())
+        async with lock:
+            known = self._clients.get(node_id)
+            if known is not None and known[0] == addr:
+                return known[1]
+            if known is not None:
+                await self._drop(node_id)
+            client = ProtocolClient(addr[0], addr[1], client_id=f"broker-{self.broker.node_id}")
+            await asyncio.wait_for(client.connect(), CONNECT_TIMEOUT_S)
+            self._clients[node_id] = (addr, client)
+            return client
+
+    async def _drop(self, node_id: int) -> None:
+        known = self._clients.pop(node_id, None)
+        if known is not None:
+            with contextlib.suppress(Exception):
+                await known[1].close()
+
+    async def request(self, node_id: int, request: Any, version: int, timeout_s: float) -> Any:
+        """Send ``request`` to broker ``node_id``; ConnectionError / TimeoutError when it cannot."""
+        client = await self._client(node_id)
+        try:
+            return await asyncio.wait_for(client.request(request, version), timeout_s)
+        except (ConnectionError, OSError, TimeoutError) as e:
+            log.info("request %s to broker %d failed (%r)", type(request).__name__, node_id, e)
+            await self._drop(node_id)
+            raise ConnectionError(f"broker {node_id}: {e!r}") from e
+
+    async def close(self) -> None:
+        for node_id in list(self._clients):
+            await self._drop(node_id)
