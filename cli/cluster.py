@@ -115,7 +115,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         props = node_dir / "server.properties"
         props.write_text(f"# written by kbroker cluster up\nnode.id={i}\nlisteners=PLAINTEXT://127.0.0.1:{port}\n"
                          f"log.dirs={node_dir / 'data'}\nkbroker.etcd.endpoints={client_url}\n"
-                         f"default.replication.factor={min(args.brokers, 3)}\n")
+                         f"default.replication.factor={min(args.brokers, 3)}\n"
+                         # The internal topics' factors (Kafka's default 3) fitted to a smaller cluster.
+                         f"offsets.topic.replication.factor={min(args.brokers, 3)}\n"
+                         f"transaction.state.log.replication.factor={min(args.brokers, 3)}\n"
+                         f"transaction.state.log.min.isr={min(args.brokers, 2)}\n")
         cmd = [sys.executable, "-m", "broker", "serve", str(props)]
         log_path = node_dir / "broker.log"
         proc = _spawn(cmd, log_path, cwd=REPO_ROOT)
