@@ -90,7 +90,10 @@ class IsrManager:
         if not ls.may_join_isr(replica, part.high_watermark):
             return
         live = getattr(md, "live_brokers", None)
-        if live is not None and replica not in live():
+        if live is not None and replica not in (brokers := live()):
+            return
+        # KIP-841: a broker in controlled shutdown left the ISRs on purpose and must not rejoin them.
+        if live is not None and getattr(brokers[replica], "shutting_down", False):
             return
         log.info("%s-%d: follower %d caught up (log end %d, high watermark %d); expanding the ISR",
                  part.topic, part.index, replica, ls.followers[replica].leo, part.high_watermark)
