@@ -175,7 +175,7 @@ class Broker:
             "broker.session.timeout.ms", "broker.heartbeat.interval.ms")}
         settings.update({name: cfg.get(name) for name in (  # the controller's preferred-leader rebalance
             "auto.leader.rebalance.enable", "leader.imbalance.check.interval.seconds",
-            "leader.imbalance.per.broker.percentage")})
+            "leader.imbalance.per.broker.percentage", "unclean.leader.election.enable")})
         try:
             self.cluster = await ClusterNode.start(
                 settings, node_id=self.node_id,

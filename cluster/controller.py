@@ -51,8 +51,11 @@ def leader_candidates(brokers: Mapping[int, BrokerRegistration]) -> set[int]:
 
 
 def next_state(state: PartitionState, replicas: list[int], live: set[int],
-               electable: set[int] | None = None) -> PartitionState | None:
-    """The state a partition should move to with these live brokers, or None to leave it."""
+               electable: set[int] | None = None, *, unclean: bool = False) -> PartitionState | None:
+    """The state a partition should move to with these live brokers, or None to leave it.
+    ``unclean`` (unclean.leader.election.enable): with no live ISR member, the first live replica
+    leads alone (ISR = [it]; records only the lost ISR had are gone), as KRaft's
+    PartitionChangeBuilder."""
     isr = [r for r in state.isr if r in live] or list(state.isr[-1:])
     if state.leader in live:
         if tuple(isr) == state.isr:
@@ -61,6 +64,10 @@ def next_state(state: PartitionState, replicas: list[int], live: set[int],
     candidates = [r for r in replicas if r in isr and r in live and (electable is None or r in electable)]
     if candidates:
         return PartitionState(candidates[0], state.leader_epoch + 1, tuple(isr), state.partition_epoch)
+    if unclean:
+        outside = [r for r in replicas if r in live and (electable is None or r in electable)]
+        if outside:
+            return PartitionState(outside[0], state.leader_epoch + 1, (outside[0],), state.partition_epoch)
     if state.leader == -1:
         return None
     return PartitionState(-1, state.leader_epoch + 1, tuple(isr), state.partition_epoch)
@@ -115,7 +122,8 @@ class Controller:
         live = set(self.store.live_brokers())
         changed = 0
         for (topic, p), state in self.store.partition_states().items():
-            new = next_state(state, self.store.replicas(topic, p), live, leader_candidates(self.store.live_brokers()))
+            new = next_state(state, self.store.replicas(topic, p), live, leader_candidates(self.store.live_brokers()),
+                             unclean=self._unclean(topic))
             if new is None:
                 continue
             if not self.election.is_controller():
@@ -140,12 +148,21 @@ class Controller:
         self.changes += done
         return done
 
+    def _unclean(self, topic: str) -> bool:
+        """unclean.leader.election.enable: the topic's config, else the broker default (false)."""
+        info = self.store.get_topic(topic)
+        value = (info.configs.get("unclean.leader.election.enable") if info is not None else None)
+        if value is None:
+            value = self._unclean_default
+        return value if isinstance(value, bool) else str(value).lower() == "true"
+
     # --- preferred-leader rebalance ------------------------------------------------------------
     def _init_rebalance(self, settings: Mapping[str, object]) -> None:
         def setting(name: str, default: object) -> object:
             value = settings.get(name)
             return default if value is None else value
 
+        self._unclean_default = setting("unclean.leader.election.enable", False)
         enabled = setting("auto.leader.rebalance.enable", True)
         self.rebalance_enabled = enabled if isinstance(enabled, bool) else str(enabled).lower() == "true"
         self.rebalance_interval_s = float(setting("leader.imbalance.check.interval.seconds", 300))  # type: ignore[arg-type]

@@ -131,3 +131,17 @@ def test_topic_record_reassignments_round_trip_and_old_records_read() -> None:
     plain = TopicRecord("t", rec.topic_id, {0: [1]})
     assert b"reassignments" not in plain.to_json()  # records without one look as before
     assert TopicRecord.from_json(plain.to_json()).reassignments == {}
+
+
+def test_automatic_unclean_election_only_when_enabled() -> None:
+    from cluster.controller import next_state
+    from cluster.records import PartitionState
+
+    # Leader 1 and the rest of the ISR are dead; replica 3 is live but out of sync.
+    dead_isr = PartitionState(1, 4, (1, 2), 9)
+    assert next_state(dead_isr, [1, 2, 3], {3}) == PartitionState(-1, 5, (2,), 9)  # offline, as Kafka
+    assert next_state(dead_isr, [1, 2, 3], {3}, unclean=True) == PartitionState(3, 5, (3,), 9)
+    # A live ISR member always wins over an unclean choice.
+    assert next_state(dead_isr, [1, 2, 3], {2, 3}, unclean=True) == PartitionState(2, 5, (2,), 9)
+    # Brokers that may not lead (controlled shutdown) are not chosen either.
+    assert next_state(dead_isr, [1, 2, 3], {3}, {1, 2}, unclean=True) == PartitionState(-1, 5, (2,), 9)
