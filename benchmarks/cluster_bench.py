@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/cluster_bench.py [--rounds 3] [--quick] [--records N] [--size B]
                                                  [--latency-rate R] [--latency-seconds S] [--out DIR]
+                                                 [--report-only benchmarks/results/cluster_bench.json]
 
 Each round starts, one after the other (order alternating by round, so slow drifts of a shared
 machine hit both alike):
@@ -167,16 +168,23 @@ def medians(results: dict[str, Any]) -> list[dict[str, Any]]:
             row[s] = statistics.median(xs) if xs else None
             row[f"{s}_all"] = xs
         row["ratio"] = row["cluster"] / row["single"] if row["single"] and row["cluster"] is not None else None
+        # Per-round ratio: the two setups ran back to back, so a slow drift in the machine's load
+        # cancels out of it better than out of the ratio of medians.
+        pairs = [r["cluster"][workload][field] / r["single"][workload][field] for r in results["rounds"]
+                 if all(isinstance(r.get(s, {}).get(workload), dict) and r[s][workload].get(field) for s in SETUPS)]
+        row["paired"] = statistics.median(pairs) if pairs else None
         rows.append(row)
     return rows
 
 
 def text_table(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'metric':<32} {'unit':<10} {'single':>12} {'RF=3 x3':>12} {'cluster/single':>15}", "-" * 84]
+    lines = [f"{'metric':<32} {'unit':<10} {'single':>12} {'RF=3 x3':>12} {'cluster/single':>15} {'paired':>7}",
+             "-" * 92]
     for r in rows:
         ratio = "–" if r["ratio"] is None else f"{r['ratio']:.2f}"
+        paired = "–" if r["paired"] is None else f"{r['paired']:.2f}"
         lines.append(f"{r['label']:<32} {r['unit']:<10} {fmt(r['single'], r['unit']):>12} "
-                     f"{fmt(r['cluster'], r['unit']):>12} {ratio:>15}")
+                     f"{fmt(r['cluster'], r['unit']):>12} {ratio:>15} {paired:>7}")
     return "\n".join(lines)
 
 
@@ -184,19 +192,22 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     m = results["meta"]
     errors = [f"- round {i + 1}, {s}, {w}: {fig['error']}" for i, r in enumerate(results["rounds"])
               for s in SETUPS for w, fig in r.get(s, {}).items() if isinstance(fig, dict) and "error" in fig]
-    table = ["| metric | unit | single node (RF=1) | 3 brokers, RF=3 | cluster / single | per round (single; cluster) |",
-             "|---|---|---|---|---|---|"]
+    table = ["| metric | unit | single node (RF=1) | 3 brokers, RF=3 | cluster / single | paired ratio "
+             "| per round (single; cluster) |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
         ratio = "–" if r["ratio"] is None else f"{r['ratio']:.2f}"
+        paired = "–" if r["paired"] is None else f"{r['paired']:.2f}"
         per = "; ".join(", ".join(fmt(x, r["unit"]) for x in r[f"{s}_all"]) or "–" for s in SETUPS)
         table.append(f"| {r['label']} | {r['unit']} | {fmt(r['single'], r['unit'])} | "
-                     f"{fmt(r['cluster'], r['unit'])} | {ratio} | {per} |")
+                     f"{fmt(r['cluster'], r['unit'])} | {ratio} | {paired} | {per} |")
     return "\n".join([
         "# cluster_bench: 3 brokers with RF=3 against one broker",
         "",
         f"`benchmarks/cluster_bench.py`, {m['date']} UTC, commit {m['commit']}, {m['host']} "
         f"({m['cpus']} CPUs), Python {m['python']}, confluent-kafka {m['client']}; {m['rounds']} round(s), "
-        f"medians. Produce: {m['records']:,} records x {m['size']} B, acks=all, 4 partitions, linger.ms=5. "
+        "medians (paired ratio: median of the per-round cluster/single ratios). "
+        f"Produce: {m['records']:,} records x {m['size']} B, acks=all, 4 partitions, linger.ms=5. "
         f"Consume: that topic from offset 0. Latency: {m['latency_rate']} records/s for {m['latency_seconds']} s, "
         "acks=all, consumer in another process (producer send -> consumer receive).",
         "",
@@ -228,6 +239,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, default=None,
                     help="report directory (default benchmarks/results; with --quick benchmarks/results/quick)")
     ap.add_argument("--notes", default="", help="free text added to the report")
+    ap.add_argument("--report-only", type=Path, metavar="JSON",
+                    help="rewrite the report from a saved cluster_bench.json, without measuring")
     args = ap.parse_args(argv)
     if args.quick:
         args.rounds, args.records, args.latency_rate, args.latency_seconds = 1, 20_000, 500, 2.0
@@ -238,6 +251,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.report_only:
+        results = json.loads(args.report_only.read_text())
+        rows = medians(results)
+        print(text_table(rows))
+        (args.out / "cluster_bench.md").write_text(markdown(results, rows))
+        return 0
     if shutil.which("etcd") is None:
         print("etcd not on PATH: apt-get install etcd-server (or `make tools` as root)", file=sys.stderr)
         return 2
