@@ -83,6 +83,10 @@ class Controller:
         self._init_rebalance(settings or {})
         self._task: asyncio.Task[None] | None = None
         self.changes = 0  # partition states this controller changed (tests, logs)
+        # Broker epochs seen on the previous pass: a broker that registered again (restarted, or
+        # its session expired) is fenced for one pass, as KRaft fences a new incarnation, so its
+        # leaderships get a new leader epoch even when it came back before this pass saw it leave.
+        self._seen_epochs: dict[int, int] = {}
 
     def start(self) -> None:
         if self._task is None:
@@ -119,8 +123,15 @@ class Controller:
 
     async def reconcile(self) -> int:
         """One pass over every partition; returns how many states were changed."""
-        live = set(self.store.live_brokers())
+        registrations = self.store.live_brokers()
+        reincarnated = {n for n, reg in registrations.items()
+                        if n in self._seen_epochs and self._seen_epochs[n] != reg.epoch}
+        live = set(registrations) - reincarnated
+        if reincarnated:
+            log.info("controller: brokers %s registered again; moving their leaderships to a new epoch",
+                     sorted(reincarnated))
         changed = 0
+        lost = False
         for (topic, p), state in self.store.partition_states().items():
             new = next_state(state, self.store.replicas(topic, p), live, leader_candidates(self.store.live_brokers()),
                              unclean=self._unclean(topic))
@@ -134,7 +145,12 @@ class Controller:
                          new.leader_epoch, list(new.isr))
             else:
                 log.info("controller: %s-%d changed meanwhile; deciding again on the next pass", topic, p)
+                lost = lost or state.leader in reincarnated or bool(reincarnated & set(state.isr))
         self.changes += changed
+        if not lost:
+            # Remember the new incarnations once their old leaderships and ISR places were all
+            # handled; after a lost swap the next pass fences them again.
+            self._seen_epochs = {n: reg.epoch for n, reg in registrations.items()}
         return changed
 
     # --- reassignments ----------------------------------------------------------------------

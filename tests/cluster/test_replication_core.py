@@ -76,3 +76,22 @@ def test_high_watermark_checkpoint_and_epochs_across_a_leader_change(cluster: Br
     leader.start()
     wait_full_isr(cluster, TOPIC, 1, 3)
     wait_until(lambda: _checkpoint(leader.data_dir).get(0) == 55, "the returning replica's checkpoint at 55")
+
+
+def test_a_leader_restarted_within_its_lease_gets_a_new_leader_epoch(cluster: BrokerCluster) -> None:
+    """kill -9 and an immediate restart: the new incarnation waits for the old lease, registers
+    again, and the controller fences it for a pass (KRaft fences a new incarnation), so none of its
+    partitions is led under the epoch its previous incarnation used."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(TOPIC, 1, 3, config={"min.insync.replicas": "2"})])[TOPIC].result(60)
+    wait_full_isr(cluster, TOPIC, 1, 3)
+    first = view(cluster, TOPIC)[0]
+    leader = cluster.brokers[first.leader]
+    assert produce_raw(leader, TOPIC, 0, bytes(build_batch([(b"k", b"v")] * 10)), acks=-1)[0] == 0
+    leader.kill()
+    leader.start()  # waits in the broker for its previous registration to expire
+    wait_full_isr(cluster, TOPIC, 1, 3)
+    after = view(cluster, TOPIC)[0]
+    assert after.epoch > first.epoch
+    current = cluster.brokers[after.leader]
+    assert list_offset(current, TOPIC, 0) == (0, 10)
