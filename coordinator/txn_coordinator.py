@@ -122,7 +122,10 @@ class TransactionCoordinator:
         self.remove_interval_ms = int(config.get("transaction.remove.expired.transaction.cleanup.interval.ms"))
         self.two_phase_commit_enable = _bool(config.get("transaction.two.phase.commit.enable"))
         self.segment_bytes = str(config.get("transaction.state.log.segment.bytes"))
-        self.min_isr = int(config.get("transaction.state.log.min.isr") or 2)
+        try:
+            self.min_isr = int(config.get("transaction.state.log.min.isr") or 2)
+        except KeyError:  # a configuration that predates the setting (tests)
+            self.min_isr = 2
         self.coordinator_epoch = 0  # single node: every partition's
         # Cluster mode (issue 15): partitions are loaded and unloaded as this broker gains and
         # loses their leadership; each one's coordinator epoch is its leader epoch.
