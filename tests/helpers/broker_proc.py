@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -34,11 +35,34 @@ class BrokerError(RuntimeError):
     """The broker did not start or stop as expected; the message carries the tail of its log."""
 
 
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+_taken: set[int] = set()  # handed out by this process already
+
+
 def free_port() -> int:
-    """A port that was free a moment ago (bind to port 0, read it back, release it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free a moment ago, below the kernel's ephemeral range, so that no outgoing connection
+    (a client's, a broker's) can take it before the process it is meant for binds it."""
+    high = _ephemeral_low() - 1
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randint(max(1024, high - 20000), high)
+        if port in _taken:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _taken.add(port)
+        return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 class BrokerProcess:

@@ -15,8 +15,6 @@ condition waits for leaders and full ISRs. Processes and proxies are stopped by 
 from __future__ import annotations
 
 import contextlib
-import random
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +26,7 @@ from kafka.protocol.producer import ProduceRequest
 from storage.batch import build_batch
 
 from .broker_proc import BrokerProcess
+from .broker_proc import free_port as stable_port
 from .cluster_proc import CLUSTER_OVERRIDES
 from .etcd_proc import EtcdProcess
 from .partition_proxy import Mode, PartitionProxy
@@ -44,35 +43,6 @@ FAULT_OVERRIDES = {
     "replica.fetch.wait.max.ms": "200",
     "auto.create.topics.enable": "false",
 }
-
-
-def _ephemeral_low() -> int:
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-_taken: set[int] = set()  # handed out by this process already
-
-
-def stable_port() -> int:
-    """A free port below the ephemeral range, so no outgoing connection can take it meanwhile."""
-    high = _ephemeral_low() - 1
-    rng = random.Random()
-    for _ in range(1000):
-        port = rng.randint(max(1024, high - 20000), high)
-        if port in _taken:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _taken.add(port)
-        return port
-    raise RuntimeError("no free port below the ephemeral range")
 
 
 class FaultBroker(BrokerProcess):
