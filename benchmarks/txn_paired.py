@@ -61,7 +61,8 @@ def main() -> int:
         old = [x[i] for x in res["old"]]
         new = [x[i] for x in res["new"]]
         ratios = [n / o for o, n in zip(old, new, strict=True)]
-        print(f"{label}: old median {statistics.median(old):,.0f}, new median {statistics.median(new):,.0f}, "
+        fmt = ",.0f" if i < 2 else ".2f"
+        print(f"{label}: old median {statistics.median(old):{fmt}}, new median {statistics.median(new):{fmt}}, "
               f"ratio of medians {statistics.median(new) / statistics.median(old):.3f}, "
               f"paired ratio (median) {statistics.median(ratios):.3f}")
     return 0
