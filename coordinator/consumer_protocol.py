@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import operator
 import uuid
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
@@ -172,10 +173,6 @@ class HeartbeatResult:
     assignment: TopicAssignment | None = None
 
 
-def _copy_assignment(a: TopicAssignment) -> TopicAssignment:
-    return {t: set(ps) for t, ps in a.items()}
-
-
 _MEMBER_FIELDS = ("member_id", "instance_id", "rack_id", "client_id", "client_host", "rebalance_timeout_ms",
                   "subscribed_topic_names", "subscribed_topic_regex", "server_assignor", "member_epoch",
                   "previous_member_epoch", "state", "assigned", "pending_revocation", "left_static")
@@ -183,11 +180,15 @@ _GROUP_FIELDS = ("state_timestamp_ms", "group_epoch", "assignment_epoch", "stati
                  "subscription_metadata", "assignor_name", "resolved_regex", "regex_version", "recently_left")
 
 
+# Snapshots copy a group's dicts one level deep and take a member's fields by reference: the
+# protocol code replaces a member's assignments and subscribed names, and a group's per-member
+# targets, wholesale (never mutates them in place). So a snapshot is cheap, and so is comparing
+# the persisted image (coordinator/consumer_records.py), which holds the same references.
+_get_member_fields = operator.attrgetter(*_MEMBER_FIELDS)
+
+
 def _copy(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: (set(v) if isinstance(v, set) else _copy(v) if isinstance(v, dict) else v)
-                for k, v in value.items()}
-    return list(value) if isinstance(value, list) else value
+    return dict(value) if isinstance(value, dict) else value
 
 
 @dataclass(slots=True)
@@ -197,7 +198,7 @@ class _Snapshot:
     group_id: str
     group: Any  # what self.groups held: None, a ClassicGroup or a ConsumerGroup
     fields: dict[str, Any] | None = None
-    members: list[tuple[ConsumerMember, dict[str, Any]]] = field(default_factory=list)
+    members: list[tuple[ConsumerMember, tuple[Any, ...]]] = field(default_factory=list)
 
 
 class ConsumerProtocolMixin:
@@ -252,8 +253,7 @@ class ConsumerProtocolMixin:
         snap = _Snapshot(group_id, group)
         if isinstance(group, ConsumerGroup):
             snap.fields = {name: _copy(getattr(group, name)) for name in _GROUP_FIELDS}
-            snap.members = [(m, {name: _copy(getattr(m, name)) for name in _MEMBER_FIELDS})
-                            for m in group.members.values()]
+            snap.members = [(m, _get_member_fields(m)) for m in group.members.values()]
         return snap
 
     def _cg_restore(self, snap: _Snapshot) -> None:
@@ -277,7 +277,7 @@ class ConsumerProtocolMixin:
         group.members = {}
         for m, values in snap.members:
             self._cg_cancel_timers(m)
-            for name, value in values.items():
+            for name, value in zip(_MEMBER_FIELDS, values, strict=True):
                 setattr(m, name, value)
             group.members[m.member_id] = m
         for m in group.members.values():
@@ -288,6 +288,10 @@ class ConsumerProtocolMixin:
     async def _cg_change(self, group_id: str, snap: _Snapshot) -> int:
         """Write what changed since ``snap``; on failure restore it. Returns the error code."""
         err = await self._cg_persist(group_id, snap.group)
+        if self._coordinator_error(group_id):
+            # The partition was unloaded during the write: the group is no longer here to
+            # restore, and the member must find its new coordinator.
+            return E.NOT_COORDINATOR
         if err:
             self._cg_restore(snap)
         return err

@@ -47,7 +47,9 @@ def _frozen(a: dict[uuid.UUID, set[int]]) -> tuple[tuple[uuid.UUID, tuple[int, .
 
 
 def image(group: ConsumerGroup) -> Image:
-    """The records that describe ``group`` now, as comparable tuples."""
+    """The records that describe ``group`` now, as comparable tuples. Assignments are held by
+    reference (the protocol code replaces them, never mutates them), so an unchanged member
+    compares by identity and only changed records are encoded."""
     out: Image = {
         (IR.CONSUMER_GROUP_METADATA, ""): (group.group_epoch,),
         (IR.CONSUMER_GROUP_PARTITION_METADATA, ""): tuple(sorted(
@@ -61,16 +63,15 @@ def image(group: ConsumerGroup) -> Image:
             m.instance_id, m.rack_id, m.client_id, m.client_host, tuple(m.subscribed_topic_names),
             m.subscribed_topic_regex, m.rebalance_timeout_ms, m.server_assignor)
         out[(IR.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, mid)] = (
-            m.member_epoch, m.previous_member_epoch, _STATE_CODE[m.state], _frozen(m.assigned),
-            _frozen(m.pending_revocation))
+            m.member_epoch, m.previous_member_epoch, _STATE_CODE[m.state], m.assigned, m.pending_revocation)
     for mid, target in group.target.items():
         if mid in group.members:
-            out[(IR.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, mid)] = (_frozen(target),)
+            out[(IR.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, mid)] = (target,)
     return out
 
 
-def _topic_partitions(frozen: tuple[tuple[uuid.UUID, tuple[int, ...]], ...]) -> list[dict[str, Any]]:
-    return [{"topicId": t, "partitions": list(ps)} for t, ps in frozen]
+def _topic_partitions(a: dict[uuid.UUID, set[int]]) -> list[dict[str, Any]]:
+    return [{"topicId": t, "partitions": list(ps)} for t, ps in _frozen(a)]
 
 
 def _value(record_type: int, v: tuple[Any, ...], regex_version: int, now_ms: int) -> bytes:

@@ -3,6 +3,7 @@ deletion), and per-partition load / unload of the group coordinator."""
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import uuid
 
@@ -11,7 +12,7 @@ from coordinator.group_metadata import ClassicGroup, GroupState
 from protocol.errors import ErrorCode as E
 from protocol.errors import KafkaError
 from storage import internal_records as IR
-from tests.unit.group_fakes import ManualScheduler, make_coordinator, settle
+from tests.unit.group_fakes import FakeAccess, ManualScheduler, make_coordinator, settle
 from tests.unit.test_group_coordinator import form_group, start_join
 
 T = uuid.UUID(int=7)
@@ -232,5 +233,40 @@ async def test_unload_and_load_partition() -> None:
         gc._loading.discard(p)
         await gc.load_partition(p)
         assert gc.groups["g"].state == GroupState.STABLE
+    finally:
+        await gc.stop()
+
+
+class GatedAccess(FakeAccess):
+    """Appends wait for a gate: a partition can be unloaded while a write is in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate: asyncio.Event | None = None
+
+    async def append(self, topic: str, partition: int, batch: bytes) -> int:
+        if self.gate is not None:
+            await self.gate.wait()
+        return await super().append(topic, partition, batch)
+
+
+async def test_unload_during_a_heartbeat_write() -> None:
+    access = GatedAccess()
+    gc, _, _ = await make_coordinator(access)
+    try:
+        p = gc.partition_for("g")
+        assert (await hb(gc, "m1", 0)).error == E.NONE
+        for member, fail in (("m2", None), ("m3", KafkaError(E.NOT_ENOUGH_REPLICAS))):
+            access.gate, access.fail_with = asyncio.Event(), fail
+            pending = asyncio.ensure_future(hb(gc, member, 0))
+            await settle()
+            gc.unload_partition(p)
+            access.gate.set()
+            # Answered NOT_COORDINATOR; a failed write does not bring the unloaded group back.
+            assert (await pending).error == E.NOT_COORDINATOR
+            assert "g" not in gc.groups
+            access.gate, access.fail_with = None, None
+            await gc.load_partition(p)
+            assert (member in gc.groups["g"].members) == (fail is None)
     finally:
         await gc.stop()
