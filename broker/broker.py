@@ -405,8 +405,8 @@ class Broker:
         # start completes them); the process-level deadline (kbroker.shutdown.timeout.ms, see
         # broker.cli) bounds the rest.
         await self.replica_manager.cancel_creations()
+        await self.replica_manager.stop_replication()  # first: no acks=all request may hold the listeners
         await self.server.stop()
-        await self.replica_manager.stop_replication()
         await self.inter_broker.close()
         if self.metrics_endpoint is not None:
             await self.metrics_endpoint.stop()

@@ -196,6 +196,7 @@ class ReplicaManager:
         self.isr = IsrManager(self)
         self._hw_checkpoint: dict[tuple[str, int], int] | None = None  # read once, at the first partition
         self._hw_task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     @property
     def replicated(self) -> bool:
@@ -208,6 +209,10 @@ class ReplicaManager:
             self._hw_task = asyncio.create_task(self._checkpoint_loop(), name="high-watermark-checkpoint")
 
     async def stop_replication(self) -> None:
+        """Shutdown, before the listeners close: acks=all produces waiting for followers are
+        answered NOT_LEADER_OR_FOLLOWER now (and new ones at once), so no request holds the stop
+        until its timeout; fetchers stop; the high watermarks are checkpointed."""
+        self._stopping = True
         if self._hw_task is not None:
             self._hw_task.cancel()
             await asyncio.gather(self._hw_task, return_exceptions=True)
@@ -347,24 +352,30 @@ class ReplicaManager:
 
     def _drop_replicas(self, keys: list[tuple[str, int]]) -> None:
         """Replicas reassigned away from this broker: stop serving and fetching them, delete their logs."""
-        lm = self.broker.log_manager
-        logs = []
-        for key in keys:
-            part = self.partitions.pop(key)
-            self.fetchers.remove(part)
-            if part.leader_state is not None:
-                part.leader_state.fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-                part.leader_state = None
-            part.wake_waiters()
-            lg = lm.detach_log(*key)
-            if lg is not None:
-                logs.append(lg)
+        logs = self._detach(keys, ErrorCode.NOT_LEADER_OR_FOLLOWER)
         if logs:
             topic = keys[0][0]
             previous = self._deleting.get(topic)
             job = asyncio.create_task(self._delete_logs(topic, logs, previous), name=f"delete-replicas-{topic}")
             self._deleting[topic] = job
             job.add_done_callback(partial(self._deletion_done, topic))
+
+    def _detach(self, keys: list[tuple[str, int]], code: ErrorCode) -> list[Log]:
+        """Stop serving and fetching ``keys`` (waiting acks=all produces get ``code``); their logs,
+        detached from the log manager, for deletion."""
+        lm = self.broker.log_manager
+        logs = []
+        for key in keys:
+            part = self.partitions.pop(key)
+            self.fetchers.remove(part)
+            if part.leader_state is not None:
+                part.leader_state.fail_waiters(code)
+                part.leader_state = None
+            part.wake_waiters()
+            lg = lm.detach_log(*key)
+            if lg is not None:
+                logs.append(lg)
+        return logs
 
     # --- replication (cluster mode) --------------------------------------------------------
 
@@ -402,7 +413,7 @@ class ReplicaManager:
         ls = part.leader_state
         if not part.replicated:
             return ErrorCode.NONE
-        if ls is None:
+        if ls is None or self._stopping:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if part.high_watermark >= required_offset:
             return self.min_isr_error(part, after_append=True)
@@ -429,9 +440,21 @@ class ReplicaManager:
                 headers.append(h)
             if not headers:
                 raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{part.topic}-{part.index}: {e}") from None
+        lg = part.log
+        # A fetch answer starts at the batch holding the fetch offset: batches this replica has
+        # already are skipped. One that straddles the log end means the two logs cut batches
+        # differently there; the leader's log wins (the tail from that batch on is dropped).
+        headers = [h for h in headers if h.last_offset >= lg.log_end_offset]
         if not headers:
             return
-        lg = part.log
+        if headers[0].base_offset < lg.log_end_offset:
+            log.warning("%s-%d: fetched batch %d-%d straddles the log end %d; truncating to %d", part.topic,
+                        part.index, headers[0].base_offset, headers[0].last_offset, lg.log_end_offset,
+                        headers[0].base_offset)
+            self.truncate_follower(part, headers[0].base_offset)
+            if lg.log_end_offset != headers[0].base_offset:
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{part.topic}-{part.index}: cannot continue the log at "
+                                                            f"{headers[0].base_offset} (log end {lg.log_end_offset})")
         now = int(time.time() * 1000)
         result = lg.append_as_follower(buf, headers, now_ms=now)
         ps = part.producer_state
@@ -625,19 +648,8 @@ class ReplicaManager:
         job = self._creating.pop(topic, None)
         if job is not None:
             job.cancel()
-        lm = self.broker.log_manager
         self.topic_stats.remove_topic(topic)
-        logs = []
-        for key in [k for k in self.partitions if k[0] == topic]:
-            part = self.partitions.pop(key)
-            self.fetchers.remove(part)
-            if part.leader_state is not None:
-                part.leader_state.fail_waiters(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                part.leader_state = None
-            part.wake_waiters()
-            lg = lm.detach_log(*key)
-            if lg is not None:
-                logs.append(lg)
+        logs = self._detach([k for k in self.partitions if k[0] == topic], ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         if logs:
             previous = self._deleting.get(topic)
             job = asyncio.create_task(self._delete_logs(topic, logs, previous), name=f"delete-{topic}")

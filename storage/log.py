@@ -434,9 +434,22 @@ class Log:
                 max_ts = h.max_timestamp
             offset += h.last_offset_delta + 1
             size += h.batch_length + rb.LOG_OVERHEAD
+        self._write_batches(buf, headers, size, max_ts, offset - 1, now_ms)
+        self.log_end_offset = offset
+        if leader_epoch >= 0:
+            entries = self.leader_epoch_entries
+            if not entries or leader_epoch > entries[-1][0]:
+                self.assign_leader_epoch(leader_epoch, first)
+        # No fsync here (it would block the loop): the caller schedules a flush.
+        return AppendResult(first, offset - 1, max_ts, now_ms if log_append_time else -1,
+                            self.flush_messages_due())
+
+    def _write_batches(self, buf: bytearray | memoryview, headers: list[BatchHeader], size: int, max_ts: int,
+                       last_offset: int, now_ms: int) -> None:
+        """Write ``headers``' batches (``size`` bytes in all) to the active segment, rolling first when due."""
         seg = self.segments[-1]
         cfg = self.config
-        if seg.should_roll(size, max_ts, offset - 1, now_ms, cfg.segment_bytes, cfg.segment_ms):
+        if seg.should_roll(size, max_ts, last_offset, now_ms, cfg.segment_bytes, cfg.segment_ms):
             self.roll(now_ms)
             seg = self.segments[-1]
         start = headers[0].position
@@ -446,14 +459,6 @@ class Log:
         else:  # batches not back to back in buf: write each one
             for h in headers:
                 seg.append(buf, h.position, h.position + h.size, [h])
-        self.log_end_offset = offset
-        if leader_epoch >= 0:
-            entries = self.leader_epoch_entries
-            if not entries or leader_epoch > entries[-1][0]:
-                self.assign_leader_epoch(leader_epoch, first)
-        # No fsync here (it would block the loop): the caller schedules a flush.
-        return AppendResult(first, offset - 1, max_ts, now_ms if log_append_time else -1,
-                            self.flush_messages_due())
 
     def append_as_follower(self, buf: bytearray | memoryview, headers: list[BatchHeader], *, now_ms: int) -> AppendResult:
         """Replication: append batches exactly as the leader wrote them (offsets, leader epochs and
@@ -472,18 +477,7 @@ class Log:
             if h.max_timestamp > max_ts:
                 max_ts = h.max_timestamp
             size += h.batch_length + rb.LOG_OVERHEAD
-        seg = self.segments[-1]
-        cfg = self.config
-        if seg.should_roll(size, max_ts, expected - 1, now_ms, cfg.segment_bytes, cfg.segment_ms):
-            self.roll(now_ms)
-            seg = self.segments[-1]
-        start = headers[0].position
-        end = headers[-1].position + headers[-1].batch_length + rb.LOG_OVERHEAD
-        if end - start == size:
-            seg.append(buf, start, end, headers)
-        else:
-            for h in headers:
-                seg.append(buf, h.position, h.position + h.size, [h])
+        self._write_batches(buf, headers, size, max_ts, expected - 1, now_ms)
         self.log_end_offset = expected
         for h in headers:
             epoch = h.partition_leader_epoch
