@@ -53,16 +53,26 @@ def produce_error(code: int) -> ErrorCode:
 async def verify(broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int,
                  topic: str, partition: int) -> ErrorCode:
     """The Produce error for a transactional batch to ``topic``-``partition`` (NONE: append it)."""
+    return produce_error(await coordinator_answer(broker, transactional_id, producer_id, producer_epoch,
+                                                  topic, partition))
+
+
+async def coordinator_answer(broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int,
+                             topic: str, partition: int) -> ErrorCode:
+    """The transaction coordinator's own answer (not yet mapped for Produce) to whether
+    ``topic``-``partition`` is in the producer's ongoing transaction, asked of whichever broker
+    coordinates ``transactional_id``; COORDINATOR_NOT_AVAILABLE when it is unknown or unreachable.
+    TxnOffsetCommit checks its ``__consumer_offsets`` partition with it: the group coordinator and
+    the transaction coordinator are often different brokers."""
     md = broker.metadata
     info = md.get_topic(TXN_TOPIC)
     if info is None:
-        return ErrorCode.INVALID_TXN_STATE  # no transaction can be ongoing without its state topic
+        return ErrorCode.INVALID_PRODUCER_ID_MAPPING  # no transaction can be ongoing without its state topic
     leader = md.leader(TXN_TOPIC, partition_for(transactional_id, info.num_partitions))
     if leader < 0:
-        return ErrorCode.NOT_ENOUGH_REPLICAS
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
     if leader == broker.node_id:
-        return produce_error(broker.verify_txn_partition(transactional_id, producer_id, producer_epoch, topic,
-                                                         partition))
+        return ErrorCode(broker.verify_txn_partition(transactional_id, producer_id, producer_epoch, topic, partition))
     request = AddPartitionsToTxnRequest(version=VERSION, transactions=[_TXN(
         version=VERSION, transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
         verify_only=True, topics=[_TOPIC(version=VERSION, name=topic, partitions=[partition])])])
@@ -70,12 +80,12 @@ async def verify(broker: Broker, transactional_id: str, producer_id: int, produc
         response = await broker.inter_broker.request(leader, request, VERSION, TIMEOUT_S)
     except (ConnectionError, OSError, TimeoutError) as e:
         log.info("verifying %s-%d for %s with broker %d failed (%r)", topic, partition, transactional_id, leader, e)
-        return ErrorCode.NOT_ENOUGH_REPLICAS
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
     if response.error_code:
-        return produce_error(response.error_code)
+        return ErrorCode(response.error_code)
     for r in response.results_by_transaction:
         for t in r.topic_results:
             for p in t.results_by_partition:
                 if t.name == topic and p.partition_index == partition:
-                    return produce_error(p.partition_error_code)
-    return ErrorCode.NOT_ENOUGH_REPLICAS
+                    return ErrorCode(p.partition_error_code)
+    return ErrorCode.COORDINATOR_NOT_AVAILABLE

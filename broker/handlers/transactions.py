@@ -11,7 +11,10 @@
   TV2 endTransaction fence a late EndTxn of the previous transaction (PRODUCER_FENCED).
 - TxnOffsetCommit (28) v0-5: offsets are handed to the group coordinator, pending until the
   marker; up to v4 the offsets partition must have been added with AddOffsetsToTxn
-  (INVALID_TXN_STATE); v5 under TV2 adds it implicitly, as Kafka's addPartition operation.
+  (INVALID_TXN_STATE), which the transactional id's coordinator confirms (in a cluster possibly
+  another broker, asked with AddPartitionsToTxn v4 verify_only); v5 under TV2 adds it implicitly,
+  as Kafka's addPartition operation (deviation: in a cluster only when this broker coordinates
+  the transactional id too).
 - ListTransactions (66) v0-1, DescribeTransactions (65) v0, DescribeProducers (61) v0.
 
 PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH to versions older than KIP-588's
@@ -45,6 +48,7 @@ from kafka.protocol.producer import (
 
 from broker.features import TV2_END_TXN_VERSION, TV2_TXN_OFFSET_COMMIT_VERSION, transaction_version
 from broker.handlers import AclOperation, RequestContext, ResourceType, api
+from broker.txn_verification import coordinator_answer
 from protocol.errors import ErrorCode
 
 
@@ -177,6 +181,10 @@ async def handle_txn_offset_commit(ctx: RequestContext, request) -> TxnOffsetCom
             await gc.ensure_topic()
             check = await _coordinator(ctx).add_partitions(request.transactional_id, request.producer_id,
                                                            request.producer_epoch, [offsets_tp], txn_version=2)
+        elif getattr(ctx.broker, "cluster", None) is not None:
+            # The transactional id's coordinator may be another broker than this group coordinator.
+            check = await coordinator_answer(ctx.broker, request.transactional_id, request.producer_id,
+                                             request.producer_epoch, *offsets_tp)
         else:
             check = _coordinator(ctx).verify_partition(request.transactional_id, request.producer_id,
                                                        request.producer_epoch, *offsets_tp)
