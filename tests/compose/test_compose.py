@@ -2,17 +2,25 @@
 
 Slow (``make test-all`` / ``make compose-test``), root only. deploy/container/prepare.sh installs the
 engine from Debian packages and builds the images (timed; the numbers are printed); then the project's
-compose file runs with docker-compose.hostnet.yml so every container stays on loopback. The
-monitoring profile's Prometheus (an image of Debian's binary) scrapes the three brokers; stock clients
-(confluent-kafka and kcat) work against localhost:19092, including a transactional
-consume-transform-produce of 10,000 records read back read_committed (once cross-broker
-transactions work: TXN_ACROSS_BROKERS); a killed broker container leaves the
-partitions it did not lead usable; `down` then `up` keeps the data (volumes); everything created
-(containers, volumes, networks) is removed at the end, the images stay cached.
+compose file runs, with its own defaults (RF=3, min.insync.replicas=2, internal topics included),
+under docker-compose.hostnet.yml so that every container stays on loopback. Issue 16, acceptance 1:
 
-Replication is not in kbroker yet (ISR = [leader]), so the cluster runs with REPLICATION_FACTOR=1 and
-MIN_INSYNC_REPLICAS=1 and the topics have RF=1; the RF=3 / ISR-rejoin steps of issue 16 come with it.
-Grafana has no image here: the profile's grafana service is only checked by test_compose_config.py.
+- the cluster comes up and every broker passes its healthcheck; the monitoring profile's Prometheus
+  (an image of Debian's binary) scrapes the three brokers;
+- stock clients against localhost:19092 with RF=3 topics: confluent-kafka (AdminClient, an idempotent
+  acks=all producer, a group consumer) and kcat (-L, -P, -C);
+- a transactional consume-transform-produce of 10,000 records (confluent-kafka, read_committed,
+  send_offsets_to_transaction): the output is the input, transformed, once;
+- one broker container killed (SIGKILL) while a producer and a group consumer run: both carry on
+  (acks=all still satisfied by the two replicas left in the ISR), the ISR shrinks to the live brokers;
+  the container started again rejoins the ISR of every partition (Metadata);
+- `down` then `up`: every record is still there (named volumes);
+- everything the test created (containers, volumes, networks of its compose project) is removed at
+  the end; the images stay cached for the next run.
+
+Every phase is timed and the table printed (also when a phase fails). Grafana has no image here: the
+profile's grafana service is only checked by test_compose_config.py. The default bridge network cannot
+be run on these machines (its traffic would leave loopback); only the hostnet override is.
 """
 
 from __future__ import annotations
@@ -22,26 +30,26 @@ import shutil
 import subprocess
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.helpers.broker_proc import REPO_ROOT
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 STATE = Path(os.environ.get("KBROKERTEST_COMPOSE_STATE", "/var/tmp/kbroker-compose-test"))
 PROJECT = f"kbroker-ctest-{uuid.uuid4().hex[:6]}"
 BROKERS = {1: "localhost:19092", 2: "localhost:29092", 3: "localhost:39092"}
-RECORDS = 300
+BOOTSTRAP = BROKERS[1]
 SERVICES = ("kbroker-1", "kbroker-2", "kbroker-3")
+RECORDS = 300
+KILL_RECORDS = 1_000  # produced on each side of the kill
 TXN_RECORDS = 10_000
-# Transactions whose coordinators and partitions sit on different brokers do not work in cluster mode
-# yet (issue 15, "Coordinators across the cluster"; the same failure without containers, through
-# `kbroker cluster up`): librdkafka's transactional produce times out on a partition led by another
-# broker than the transaction coordinator, and TxnOffsetCommit answers INVALID_PRODUCER_ID_MAPPING.
-# Turn this on with that issue.
-TXN_ACROSS_BROKERS = False
+KILLED = 3  # not the bootstrap broker: the clients keep their way in
 COMPOSE = [str(REPO_ROOT / "deploy/container/compose.sh"), "-p", PROJECT, "-f", "docker-compose.yml",
            "-f", "docker-compose.hostnet.yml"]
 
@@ -50,8 +58,29 @@ def _container(node: int) -> str:
     return f"{PROJECT}_kbroker-{node}_1"
 
 
+class Phases:
+    """Wall time of each phase of the run, printed as a table at the end (also after a failure)."""
+
+    def __init__(self) -> None:
+        self.times: list[tuple[str, float]] = []
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self.times.append((name, time.monotonic() - t0))
+
+    def report(self) -> str:
+        width = max((len(n) for n, _ in self.times), default=0)
+        lines = [f"  {name:<{width}}  {secs:7.1f} s" for name, secs in self.times]
+        lines.append(f"  {'total':<{width}}  {sum(s for _, s in self.times):7.1f} s")
+        return "compose test phases:\n" + "\n".join(lines)
+
+
 @pytest.fixture(scope="module")
-def engine_env() -> dict[str, str]:
+def engine_env() -> Iterator[dict[str, str]]:
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         pytest.skip("the compose test prepares podman and images with apt-get: run it as root on Debian")
     t0 = time.monotonic()
@@ -63,9 +92,7 @@ def engine_env() -> dict[str, str]:
     for line in (STATE / "env.sh").read_text().splitlines():
         key, _, value = line.removeprefix("export ").partition("=")
         env[key] = value
-    # RF=1 until replication lands (see the module docstring).
-    env.update(REPLICATION_FACTOR="1", MIN_INSYNC_REPLICAS="1")
-    return env
+    yield env
 
 
 def _compose(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -82,8 +109,13 @@ def _podman(env: dict[str, str], *args: str, check: bool = True) -> subprocess.C
     return out
 
 
-def _wait_healthy(env: dict[str, str], nodes: list[int], deadline_s: float = 240) -> float:
-    """Runs each broker's image healthcheck (ApiVersions) until all pass; returns the seconds it took.
+def _logs(env: dict[str, str], node: int, lines: int = 40) -> str:
+    out = _podman(env, "logs", "--tail", str(lines), _container(node), check=False)
+    return f"--- kbroker-{node} ---\n{out.stdout}{out.stderr}"
+
+
+def _wait_healthy(env: dict[str, str], nodes: list[int], deadline_s: float = 300) -> None:
+    """Runs each broker's image healthcheck (ApiVersions) until all pass.
 
     podman schedules healthchecks with systemd timers, which these machines lack, so they are run
     here on demand (`podman healthcheck run`, the same command the engine would run)."""
@@ -95,144 +127,152 @@ def _wait_healthy(env: dict[str, str], nodes: list[int], deadline_s: float = 240
                 pending.discard(node)
         if pending:
             assert time.monotonic() - t0 < deadline_s, (
-                f"brokers {sorted(pending)} not healthy\n"
-                + "\n".join(_podman(env, "logs", "--tail", "30", _container(n), check=False).stdout
-                            + _podman(env, "logs", "--tail", "30", _container(n), check=False).stderr
-                            for n in pending))
+                f"brokers {sorted(pending)} not healthy\n" + "\n".join(_logs(env, n) for n in pending))
             time.sleep(1)
-    return time.monotonic() - t0
 
 
-def _stop_brokers_then_down(env: dict[str, str]) -> None:
-    """`down`, the brokers first: podman-compose 1.6 stops all services at once, so etcd can be gone
-    before a broker revokes its lease, and the next `up` then waits for those leases to expire."""
+def _stop_brokers_then_down(env: dict[str, str], *extra: str) -> None:
+    """`down`, the brokers first: podman-compose 1.6 stops all services at once, so etcd could be
+    gone before a broker's controlled shutdown (leaderships handed over, lease revoked) is done."""
     _compose(env, "stop", *SERVICES)
-    _compose(env, "--profile", "monitoring", "down")
+    _compose(env, "--profile", "monitoring", "down", *extra)
 
 
-def _restart_until_healthy(env: dict[str, str], node: int, deadline_s: float = 180) -> None:
-    """Starts a killed broker's container again until it is healthy.
-
-    A broker restarted before the etcd lease of its killed self expires (broker.session.timeout.ms,
-    9 s) refuses to start ("node.id N is already registered by a live broker") and exits; Kafka's
-    broker would retry its registration instead. So the container is started again (and the restart
-    policy may do it too) until the old lease is gone and the broker serves."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < deadline_s:
-        state = _podman(env, "inspect", "-f", "{{.State.Status}}", _container(node)).stdout.strip()
-        if state in ("exited", "stopped", "created"):
-            _podman(env, "start", _container(node), check=False)
-        elif _podman(env, "healthcheck", "run", _container(node), check=False).returncode == 0:
-            return
-        time.sleep(1)
-    pytest.fail(f"broker {node} did not come back\n"
-                + _podman(env, "logs", "--tail", "30", _container(node), check=False).stderr)
-
-
-def _create_topic(name: str, partitions: int) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": BROKERS[1]})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(60)
-    deadline = time.monotonic() + 60
-    while True:
-        md = admin.list_topics(name, timeout=10).topics[name]
-        if md.error is None and len(md.partitions) == partitions and all(
-                p.leader >= 0 for p in md.partitions.values()):
-            return
-        assert time.monotonic() < deadline, md
-        time.sleep(0.5)
-
-
-def _leaders(name: str) -> dict[int, int]:
+def _admin() -> Any:
     from confluent_kafka.admin import AdminClient
 
-    md = AdminClient({"bootstrap.servers": BROKERS[1]}).list_topics(name, timeout=30).topics[name]
-    return {p.id: p.leader for p in md.partitions.values()}
+    return AdminClient({"bootstrap.servers": BOOTSTRAP})
 
 
-def _produce(name: str, count: int, partitions: list[int] | None = None, prefix: str = "v") -> None:
+def _wait_until(check: Callable[[], Any], what: str, deadline_s: float = 180, every_s: float = 0.5) -> Any:
+    """Polls ``check`` until it returns something truthy (exceptions count as "not yet")."""
+    t0 = time.monotonic()
+    last: object = None
+    while time.monotonic() - t0 < deadline_s:
+        try:
+            if result := check():
+                return result
+        except Exception as e:  # noqa: BLE001 - a broker starting or dying: ask again
+            last = e
+        time.sleep(every_s)
+    pytest.fail(f"timed out after {deadline_s:.0f} s waiting for {what} (last error: {last!r})")
+
+
+def _partitions(topic: str) -> dict[int, Any]:
+    """Metadata of ``topic``'s partitions (leader, replicas, isrs), as clients see it."""
+    md = _admin().list_topics(topic, timeout=20).topics[topic]
+    assert md.error is None, md.error
+    return dict(md.partitions)
+
+
+def _create_topic(name: str, partitions: int, replication_factor: int = 3) -> None:
+    """Create the topic and wait until each partition has a leader and a full ISR of 3."""
+    from confluent_kafka.admin import NewTopic
+
+    admin = _admin()  # kept referenced: a destroyed client fails its futures
+    admin.create_topics([NewTopic(name, partitions, replication_factor)])[name].result(60)
+    _wait_isr(name, {1, 2, 3}, partitions=partitions)
+
+
+def _wait_isr(topic: str, isr: set[int], *, partitions: int | None = None, deadline_s: float = 240) -> dict:
+    """Wait until every partition of ``topic`` has a leader among ``isr`` and exactly ``isr`` in sync."""
+    def check() -> dict | None:
+        parts = _partitions(topic)
+        if partitions is not None and len(parts) != partitions:
+            return None
+        ok = all(p.error is None and p.leader in isr and set(p.isrs) == isr for p in parts.values())
+        return parts if ok and parts else None
+    return _wait_until(check, f"{topic}: every partition led by one of {sorted(isr)} with ISR {sorted(isr)}",
+                       deadline_s)
+
+
+def _producer(**extra: Any) -> Any:
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": BROKERS[1], "acks": "all", "enable.idempotence": True,
-                         "message.timeout.ms": 60000})
+    return Producer({"bootstrap.servers": BOOTSTRAP, "acks": "all", "enable.idempotence": True,
+                     "message.timeout.ms": 180000, **extra})
+
+
+def _produce(producer: Any, topic: str, count: int, prefix: str, flush_s: float = 200) -> None:
     errors: list[object] = []
     for i in range(count):
-        kwargs = {"partition": partitions[i % len(partitions)]} if partitions else {}
-        producer.produce(name, key=f"k{i}", value=f"{prefix}{i}",
-                         on_delivery=lambda err, _msg: err and errors.append(err), **kwargs)
+        producer.produce(topic, key=f"k{i}", value=f"{prefix}{i}",
+                         on_delivery=lambda err, _msg: err and errors.append(err))
         producer.poll(0)
-    assert producer.flush(90) == 0
-    assert errors == []
+    assert producer.flush(flush_s) == 0, "records not delivered"
+    assert errors == [], errors[:5]
 
 
-def _consume_all(name: str, expected: int, partitions: list[int] | None = None,
-                 counted: str = "") -> list[str]:
-    """Reads the topic (or ``partitions``) from the start with a consumer group until ``expected``
-    values starting with ``counted`` arrived, or two minutes passed."""
-    from confluent_kafka import Consumer, TopicPartition
+def _consumer(group: str | None = None, **extra: Any) -> Any:
+    from confluent_kafka import Consumer
 
-    consumer = Consumer({"bootstrap.servers": BROKERS[1], "group.id": f"g-{uuid.uuid4().hex[:8]}",
-                         "auto.offset.reset": "earliest", "enable.partition.eof": False})
-    if partitions is None:
-        consumer.subscribe([name])
-    else:
-        consumer.assign([TopicPartition(name, p, 0) for p in partitions])
+    return Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": group or f"g-{uuid.uuid4().hex[:8]}",
+                     "auto.offset.reset": "earliest", "enable.partition.eof": False, **extra})
+
+
+def _poll_until(consumer: Any, values: list[str], done: Callable[[list[str]], bool], deadline_s: float) -> None:
+    t0 = time.monotonic()
+    while not done(values) and time.monotonic() - t0 < deadline_s:
+        msg = consumer.poll(1.0)
+        if msg is not None and msg.error() is None:
+            values.append(msg.value().decode())
+
+
+def _consume_all(topic: str, expected: int, deadline_s: float = 180) -> list[str]:
+    """Reads ``topic`` from the start with a new group (read_committed, librdkafka's default)
+    until ``expected`` records arrived or the deadline passed."""
+    consumer = _consumer()
+    consumer.subscribe([topic])
     values: list[str] = []
-    deadline = time.monotonic() + 120
     try:
-        while sum(v.startswith(counted) for v in values) < expected and time.monotonic() < deadline:
-            msg = consumer.poll(1.0)
-            if msg is not None and msg.error() is None:
-                values.append(msg.value().decode())
-        if partitions is None:
-            consumer.commit(asynchronous=False)
+        _poll_until(consumer, values, lambda v: len(v) >= expected, deadline_s)
+        # a little longer: more than expected (duplicates) must show
+        _poll_until(consumer, values, lambda v: False, 2)
     finally:
         consumer.close()
     return values
 
 
 def _kcat(*args: str, stdin: str | None = None) -> str:
-    out = subprocess.run(["kcat", "-b", BROKERS[1], *args], input=stdin, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(["kcat", "-b", BOOTSTRAP, *args], input=stdin, capture_output=True, text=True,
+                         timeout=180)
     assert out.returncode == 0, out.stderr
     return out.stdout
 
 
-def _wait_prometheus_targets(deadline_s: float = 120) -> list[str]:
+def _wait_prometheus_targets(deadline_s: float = 180) -> list[str]:
     """Prometheus (monitoring profile) scrapes every broker's metrics endpoint: the `up` targets."""
     import json
     import urllib.request
 
-    t0 = time.monotonic()
-    healthy: list[str] = []
-    while time.monotonic() - t0 < deadline_s:
-        try:
-            with urllib.request.urlopen("http://127.0.0.1:9090/api/v1/targets", timeout=5) as resp:
-                targets = json.load(resp)["data"]["activeTargets"]
-            healthy = sorted(t["scrapeUrl"] for t in targets if t["health"] == "up")
-            if len(healthy) == 3:
-                return healthy
-        except OSError:
-            pass
-        time.sleep(1)
-    return healthy
+    def check() -> list[str] | None:
+        with urllib.request.urlopen("http://127.0.0.1:9090/api/v1/targets", timeout=5) as resp:
+            targets = json.load(resp)["data"]["activeTargets"]
+        healthy = sorted(t["scrapeUrl"] for t in targets if t["health"] == "up")
+        return healthy if len(healthy) == 3 else None
+    return _wait_until(check, "Prometheus scraping the three brokers", deadline_s, every_s=1)
 
 
-def _transactional_copy(source: str, sink: str, count: int) -> None:
-    """Consume-transform-produce in transactions of 1,000: read_committed in, upper-cased out, the
-    consumer offsets committed inside each transaction (send_offsets_to_transaction)."""
-    from confluent_kafka import Consumer, Producer
+def _broker_config(node: int, name: str) -> str:
+    from confluent_kafka.admin import ConfigResource, ResourceType
 
-    consumer = Consumer({"bootstrap.servers": BROKERS[1], "group.id": f"ctp-{uuid.uuid4().hex[:8]}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                         "isolation.level": "read_committed"})
-    producer = Producer({"bootstrap.servers": BROKERS[1], "transactional.id": f"ctp-{uuid.uuid4().hex[:8]}",
-                         "transaction.timeout.ms": 60000})
-    producer.init_transactions(60)
+    res = ConfigResource(ResourceType.BROKER, str(node))
+    admin = _admin()  # kept referenced: a destroyed client fails its futures
+    return admin.describe_configs([res])[res].result(30)[name].value
+
+
+def _transactional_copy(source: str, sink: str, count: int) -> str:
+    """Consume-transform-produce in transactions of up to 1,000 records: read_committed in,
+    upper-cased out, the consumer's offsets committed inside each transaction
+    (send_offsets_to_transaction). Returns the group id."""
+    group = f"ctp-{uuid.uuid4().hex[:8]}"
+    producer = _producer(**{"transactional.id": f"ctp-{uuid.uuid4().hex[:8]}", "transaction.timeout.ms": 120000,
+                            "message.timeout.ms": 120000})
+    producer.init_transactions(120)
+    consumer = _consumer(group, **{"enable.auto.commit": False, "isolation.level": "read_committed"})
     consumer.subscribe([source])
     done = 0
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 600
     try:
         while done < count and time.monotonic() < deadline:
             batch = [m for m in consumer.consume(1000, timeout=2.0) if m.error() is None]
@@ -240,85 +280,155 @@ def _transactional_copy(source: str, sink: str, count: int) -> None:
                 continue
             producer.begin_transaction()
             for msg in batch:
-                producer.produce(sink, key=msg.key(), value=msg.value().upper())
+                producer.produce(sink, key=msg.key(), value=msg.value().upper(), partition=msg.partition())
             producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
-                                                 consumer.consumer_group_metadata(), 60)
-            producer.commit_transaction(60)
+                                                 consumer.consumer_group_metadata(), 120)
+            producer.commit_transaction(120)
             done += len(batch)
     finally:
         consumer.close()
-    assert done == count
+    assert done == count, f"{done} of {count} records copied"
+    return group
+
+
+def _committed_total(group: str, topic: str, partitions: int) -> int:
+    from confluent_kafka import TopicPartition
+
+    consumer = _consumer(group)
+    try:
+        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+    finally:
+        consumer.close()
+    return sum(tp.offset for tp in tps if tp.offset >= 0)
+
+
+def _kill_and_carry_on(env: dict[str, str], phase: Phases, topic: str) -> None:
+    """A producer and a group consumer run across the SIGKILL of one broker's container; both carry on
+    (the two replicas left satisfy min.insync.replicas=2), and the ISR shrinks to the live brokers."""
+    producer = _producer()
+    consumer = _consumer()
+    consumer.subscribe([topic])
+    values: list[str] = []
+    try:
+        with phase("kill: clients before"):
+            _produce(producer, topic, KILL_RECORDS, "before-kill-")
+            _poll_until(consumer, values, lambda v: len(v) >= KILL_RECORDS, 180)
+            assert sorted(values) == sorted(f"before-kill-{i}" for i in range(KILL_RECORDS))
+        with phase(f"kill: kbroker-{KILLED} killed, clients carry on"):
+            leaders = {p: md.leader for p, md in sorted(_partitions(topic).items())}
+            print(f"{topic} leaders before the kill (partition: node): {leaders}")
+            _podman(env, "kill", _container(KILLED))
+            _produce(producer, topic, KILL_RECORDS, "after-kill-")
+            _poll_until(consumer, values, lambda v: len(v) >= 2 * KILL_RECORDS, 240)
+            after = sorted(v for v in values if v.startswith("after-kill-"))
+            assert after == sorted(f"after-kill-{i}" for i in range(KILL_RECORDS)), (
+                f"{len(after)} of {KILL_RECORDS} records produced after the kill consumed")
+        with phase("kill: ISR without the killed broker"):
+            # The controller drops the dead broker from every ISR once its lease expires
+            # (broker.session.timeout.ms); unless the container was started again meanwhile.
+            state = _podman(env, "inspect", "-f", "{{.State.Status}}", _container(KILLED)).stdout.strip()
+            print(f"kbroker-{KILLED} after the kill: {state}")
+            if state != "running":
+                parts = _wait_isr(topic, {1, 2, 3} - {KILLED})
+                print(f"{topic} after the kill (partition: leader, ISR): "
+                      f"{ {p: (md.leader, sorted(md.isrs)) for p, md in sorted(parts.items())} }")
+    finally:
+        consumer.close()
+
+
+def _restart_and_rejoin(env: dict[str, str], topics: list[str]) -> None:
+    """Starts the killed broker again (unless its restart policy already did); it registers once its
+    killed incarnation's lease expired, serves, and its replicas catch up and rejoin every ISR."""
+    def started() -> bool:
+        state = _podman(env, "inspect", "-f", "{{.State.Status}}", _container(KILLED)).stdout.strip()
+        if state in ("exited", "stopped", "created"):
+            _podman(env, "start", _container(KILLED), check=False)
+            return False
+        return _podman(env, "healthcheck", "run", _container(KILLED), check=False).returncode == 0
+    try:
+        _wait_until(started, f"kbroker-{KILLED} serving again", 300, every_s=1)
+    except BaseException:
+        print(_logs(env, KILLED, 80))
+        raise
+    for t in topics:
+        _wait_isr(t, {1, 2, 3})
 
 
 def test_compose_cluster(engine_env: dict[str, str]) -> None:
     env = engine_env
-    topic, kcat_topic = "compose-orders", "compose-kcat"
-    timings: dict[str, float] = {}
+    phase = Phases()
+    topic, kcat_topic, kill_topic = "compose-orders", "compose-kcat", "compose-kill"
     try:
-        t0 = time.monotonic()
-        _compose(env, "up", "-d")
-        timings["up"] = time.monotonic() - t0
-        timings["healthy"] = _wait_healthy(env, [1, 2, 3])
+        with phase("up -d"):
+            _compose(env, "up", "-d")
+        with phase("healthy"):
+            _wait_healthy(env, [1, 2, 3])
 
-        # The monitoring profile's Prometheus (Debian's binary standing in for prom/prometheus).
-        _compose(env, "--profile", "monitoring", "up", "-d", "prometheus")
-        assert len(_wait_prometheus_targets()) == 3
+        with phase("monitoring: prometheus scrapes 3 brokers"):
+            # The monitoring profile's Prometheus (Debian's binary standing in for prom/prometheus).
+            _compose(env, "--profile", "monitoring", "up", "-d", "prometheus")
+            _wait_prometheus_targets()
 
-        # Stock clients against localhost:19092: every broker advertises its own host port.
-        listing = _kcat("-L")
-        for node, address in BROKERS.items():
-            assert f"broker {node} at {address}" in listing, listing
+        with phase("stock clients (RF=3)"):
+            # The compose file's defaults reached the brokers through the KBROKER_* mapping.
+            assert _broker_config(1, "min.insync.replicas") == "2"
+            assert _broker_config(2, "default.replication.factor") == "3"
+            # Every broker advertises its own host port on the client listener.
+            listing = _kcat("-L")
+            for node, address in BROKERS.items():
+                assert f"broker {node} at {address}" in listing, listing
+            _create_topic(topic, 3)
+            _produce(_producer(), topic, RECORDS, "v")
+            assert sorted(_consume_all(topic, RECORDS)) == sorted(f"v{i}" for i in range(RECORDS))
+            # kcat on a topic created with the broker default (-1): RF=3 from default.replication.factor
+            _create_topic(kcat_topic, 1, replication_factor=-1)
+            assert len(_partitions(kcat_topic)[0].replicas) == 3
+            _kcat("-P", "-t", kcat_topic, stdin="".join(f"line{i}\n" for i in range(50)))
+            got = _kcat("-C", "-t", kcat_topic, "-o", "beginning", "-e", "-q").split()
+            assert got == [f"line{i}" for i in range(50)]
 
-        _create_topic(topic, 3)
-        _produce(topic, RECORDS)
-        assert sorted(_consume_all(topic, RECORDS)) == sorted(f"v{i}" for i in range(RECORDS))
-
-        _create_topic(kcat_topic, 1)
-        _kcat("-P", "-t", kcat_topic, stdin="".join(f"line{i}\n" for i in range(50)))
-        got = _kcat("-C", "-t", kcat_topic, "-o", "beginning", "-e", "-q").split()
-        assert got == [f"line{i}" for i in range(50)]
-
-        # A transactional consume-transform-produce of 10,000 records, read back read_committed.
-        if TXN_ACROSS_BROKERS:
+        with phase("txn: 10,000 input records produced"):
             _create_topic("ctp-in", 3)
             _create_topic("ctp-out", 3)
-            _produce("ctp-in", TXN_RECORDS, prefix="t")
-            t0 = time.monotonic()
-            _transactional_copy("ctp-in", "ctp-out", TXN_RECORDS)
-            timings["txn copy"] = time.monotonic() - t0
-            out = _consume_all("ctp-out", TXN_RECORDS, counted="T")
-            assert sorted(out) == sorted(f"T{i}" for i in range(TXN_RECORDS))
-        else:
-            print("transactional consume-transform-produce: not run (TXN_ACROSS_BROKERS is off, issue 15)")
+            _produce(_producer(), "ctp-in", TXN_RECORDS, "t")
+        with phase("txn: consume-transform-produce"):
+            group = _transactional_copy("ctp-in", "ctp-out", TXN_RECORDS)
+        with phase("txn: output read_committed"):
+            out = _consume_all("ctp-out", TXN_RECORDS)
+            assert len(out) == TXN_RECORDS and sorted(out) == sorted(f"T{i}" for i in range(TXN_RECORDS))
+            assert _committed_total(group, "ctp-in", 3) == TXN_RECORDS
+            for internal in ("__transaction_state", "__consumer_offsets"):
+                assert all(len(p.replicas) == 3 for p in _partitions(internal).values()), internal
 
-        # Kill one broker (not the bootstrap one): the partitions it did not lead carry on.
-        leaders = _leaders(topic)
-        _podman(env, "kill", _container(3))
-        alive = [p for p, leader in leaders.items() if leader != 3]
-        assert alive, leaders
-        _produce(topic, 60, partitions=alive, prefix="after-kill-")
-        values = _consume_all(topic, 60, partitions=alive, counted="after-kill-")
-        assert sum(v.startswith("after-kill-") for v in values) == 60
-        _restart_until_healthy(env, 3)
+        _create_topic(kill_topic, 3)
+        _kill_and_carry_on(env, phase, kill_topic)
+        with phase(f"kbroker-{KILLED} restarted, back in every ISR"):
+            _restart_and_rejoin(env, [topic, kcat_topic, kill_topic, "ctp-in", "ctp-out", "__consumer_offsets",
+                                      "__transaction_state"])
 
-        # down + up: the named volumes keep every record (and the topic's metadata in etcd's volume).
-        t0 = time.monotonic()
-        _stop_brokers_then_down(env)
-        timings["down"] = time.monotonic() - t0
-        _compose(env, "up", "-d")
-        _wait_healthy(env, [1, 2, 3])
-        assert len(_leaders(topic)) == 3
-        values = _consume_all(topic, RECORDS + 60)
-        assert sorted(values) == sorted([f"v{i}" for i in range(RECORDS)] + [f"after-kill-{i}" for i in range(60)])
-        assert _kcat("-C", "-t", kcat_topic, "-o", "beginning", "-e", "-q").split() == [
-            f"line{i}" for i in range(50)]
+        with phase("down (brokers, then the rest)"):
+            _stop_brokers_then_down(env)
+        with phase("up -d again, healthy"):
+            _compose(env, "up", "-d")
+            _wait_healthy(env, [1, 2, 3])
+        with phase("data still there (volumes)"):
+            for t in (topic, kcat_topic, kill_topic, "ctp-out"):
+                _wait_isr(t, {1, 2, 3})
+            assert sorted(_consume_all(topic, RECORDS)) == sorted(f"v{i}" for i in range(RECORDS))
+            assert _kcat("-C", "-t", kcat_topic, "-o", "beginning", "-e", "-q").split() == [
+                f"line{i}" for i in range(50)]
+            kill_values = _consume_all(kill_topic, 2 * KILL_RECORDS)
+            assert sorted(kill_values) == sorted(f"{side}-kill-{i}" for side in ("before", "after")
+                                                 for i in range(KILL_RECORDS))
+            out = _consume_all("ctp-out", TXN_RECORDS)
+            assert len(out) == TXN_RECORDS and sorted(out) == sorted(f"T{i}" for i in range(TXN_RECORDS))
     finally:
-        t0 = time.monotonic()
-        subprocess.run([*COMPOSE, "stop", *SERVICES], cwd=REPO_ROOT, env=env, capture_output=True, timeout=300)
-        subprocess.run([*COMPOSE, "--profile", "monitoring", "down", "-v"], cwd=REPO_ROOT, env=env,
-                       capture_output=True, timeout=300)
-        timings["down -v"] = time.monotonic() - t0
-        print("compose timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
+        with phase("down -v (cleanup)"):
+            subprocess.run([*COMPOSE, "stop", *SERVICES], cwd=REPO_ROOT, env=env, capture_output=True, timeout=300)
+            subprocess.run([*COMPOSE, "--profile", "monitoring", "down", "-v"], cwd=REPO_ROOT, env=env,
+                           capture_output=True, timeout=300)
+        print(phase.report())
+    # Nothing of this run's compose project is left (other containers/volumes are not ours to judge).
     left = _podman(env, "ps", "-a", "--filter", f"label=io.podman.compose.project={PROJECT}", "-q").stdout
     assert left.strip() == ""
     volumes = _podman(env, "volume", "ls", "-q").stdout.split()

@@ -136,8 +136,13 @@ def test_base_file_defaults() -> None:
     assert ids == {1, 2, 3}
     for s in BROKERS:
         env = services[s]["environment"]
-        assert env["KBROKER_DEFAULT_REPLICATION_FACTOR"] == "${REPLICATION_FACTOR:-3}"
-        assert env["KBROKER_MIN_INSYNC_REPLICAS"] == "${MIN_INSYNC_REPLICAS:-2}"
+        # Topic defaults of issue 16: RF=3 and min.insync.replicas=2, internal topics included.
+        assert env["KBROKER_DEFAULT_REPLICATION_FACTOR"] == 3
+        assert env["KBROKER_MIN_INSYNC_REPLICAS"] == 2
+        assert env["KBROKER_OFFSETS_TOPIC_REPLICATION_FACTOR"] == 3
+        assert env["KBROKER_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == 3
+        assert env["KBROKER_TRANSACTION_STATE_LOG_MIN_ISR"] == 2
+        assert env["KBROKER_INTER_BROKER_LISTENER_NAME"] == "INTERNAL"
         assert env["KBROKER_KBROKER_ETCD_ENDPOINTS"] == "http://etcd:2379"
         assert services[s]["init"] is True
     assert services["prometheus"]["profiles"] == ["monitoring"] == services["grafana"]["profiles"]
