@@ -19,7 +19,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from tests.helpers.cluster_state import WAIT_S, wait_until
+from tests.helpers.cluster_state import WAIT_S, view, wait_until
 from tests.helpers.coord_cluster import (
     KEY_TXN,
     TXN_TOPIC,
@@ -77,6 +77,9 @@ def test_coordinator_killed_after_prepare_commit_new_one_completes(etcd: EtcdPro
         assert "fault injection: crashing at txn.after_prepare_commit" in crashed.log_text()
 
         new_node = wait_coordinator(cluster, tid, KEY_TXN, not_node=CRASHING)
+        info = wait_until(lambda: (i := view(cluster, TXN_TOPIC)[txn_partition]).leader == new_node and i,
+                          f"{TXN_TOPIC}-{txn_partition} led by the new coordinator, node {new_node}")
+        assert CRASHING not in info.isr
         resumed = f"resuming PrepareCommit of transaction {tid} "
         wait_until(lambda: resumed in cluster.brokers[new_node].log_text(),
                    f"node {new_node}'s log to show it resumed {tid}'s PrepareCommit", WAIT_S)
