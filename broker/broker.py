@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from broker import inter_broker_security
 from broker.admin_limits import MAX_PARTITIONS_CONFIG, check_broker_partitions
 from broker.config import BrokerConfig, log_config_properties
 from broker.config.listeners import unimplemented_listeners
@@ -83,6 +84,8 @@ class Broker:
             raise OSError("; ".join(f"listener {li} has security protocol {proto}, which kbroker does not implement"
                                     for li, proto in refused) + " (only PLAINTEXT is served); refusing to start")
         self.server.check_listeners()  # TLS / SASL settings usable: refuse before touching the dirs
+        if self.config.get("kbroker.etcd.endpoints"):  # and the client side of the inter-broker listener
+            inter_broker_security.check(self)
         for d in self.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
         # Before anything in the dirs is read or written; held until the process exits.

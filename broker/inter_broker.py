@@ -4,7 +4,8 @@ verification): one pipelined connection per remote broker to its advertised addr
 connection error so the next request reconnects, possibly to a new address from metadata.
 
 Follower fetchers keep their own connections (broker/replication/fetcher.py): their long polls
-must not delay these requests. Deviation: plaintext without SASL, as the fetchers.
+must not delay these requests. Connections use the inter-broker listener's security protocol
+(TLS, SASL: broker/inter_broker_security.py), as the fetchers.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
+from broker import inter_broker_security
 from protocol.client import ProtocolClient
 
 if TYPE_CHECKING:
@@ -52,8 +54,8 @@ class InterBrokerClients:
                 return known[1]
             if known is not None:
                 await self._drop(node_id)
-            client = ProtocolClient(addr[0], addr[1], client_id=f"broker-{self.broker.node_id}")
-            await asyncio.wait_for(client.connect(), CONNECT_TIMEOUT_S)
+            client = await asyncio.wait_for(inter_broker_security.connect(
+                self.broker, addr[0], addr[1], client_id=f"broker-{self.broker.node_id}"), CONNECT_TIMEOUT_S)
             self._clients[node_id] = (addr, client)
             return client
 

@@ -15,10 +15,11 @@ leader epoch, the log end offset as fetch offset and the latest local epoch as l
   otherwise it is truncated to the local high watermark;
 * NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION: the
   partition waits ``replica.fetch.backoff.ms`` (metadata will move it to the right leader);
-* a broken connection: reconnect after ``replica.fetch.backoff.ms``.
+* a broken connection, or a failed TLS handshake / SASL authentication: reconnect after
+  ``replica.fetch.backoff.ms``.
 
-Deviation: the inter-broker connection is plaintext without SASL (security on the inter-broker
-listener is not implemented yet).
+The connection uses the inter-broker listener's security protocol (TLS, SASL: see
+broker/inter_broker_security.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from kafka.protocol.consumer import FetchRequest
 
+from broker import inter_broker_security
 from broker.replication.truncation import truncation_offset
 from protocol.client import ProtocolClient
 from protocol.errors import ErrorCode
@@ -156,8 +158,8 @@ class ReplicaFetcher:
         addr = self._address()
         if addr is None:
             return None
-        client = ProtocolClient(addr[0], addr[1], client_id=f"broker-{self.broker.node_id}-fetcher-{self.key[1]}")
-        await asyncio.wait_for(client.connect(), 10)
+        client = await asyncio.wait_for(inter_broker_security.connect(
+            self.broker, addr[0], addr[1], client_id=f"broker-{self.broker.node_id}-fetcher-{self.key[1]}"), 10)
         self._client = client
         return client
 
