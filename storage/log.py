@@ -749,6 +749,10 @@ class Log:
     def truncate_to(self, offset: int) -> None:
         """Drop everything at offsets >= offset (follower truncation)."""
         if offset >= self.log_end_offset:
+            # Nothing to cut, but as Kafka's UnifiedLog.truncateTo: an epoch that starts at the
+            # log end holds no batch (this replica led it briefly and appended nothing) and would
+            # make the leader answer diverging_epoch forever; drop it.
+            self._truncate_epochs_from_end(self.log_end_offset)
             return
         now = now_ms()
         self._generation += 1

@@ -244,7 +244,12 @@ class ReplicaFetcher:
                                               de.epoch, de.end_offset)
                 log.info("%s-%d: log diverges from leader %d (its epoch %d ends at %d): truncating %d -> %d",
                          part.topic, part.index, self.leader, de.epoch, de.end_offset, lg.log_end_offset, offset)
+                before = (lg.log_end_offset, lg.latest_epoch)
                 self.rm.truncate_follower(part, offset)
+                if (lg.log_end_offset, lg.latest_epoch) == before:
+                    # Nothing changed: asking again at once would spin; the leader's view may
+                    # still be settling (a new epoch), so back off.
+                    self.delay[key] = time.monotonic() + self._backoff_s()
                 return
             records = pr.records
             if records:

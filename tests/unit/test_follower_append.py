@@ -73,3 +73,27 @@ def test_replica_manager_skips_held_batches_and_heals_a_straddling_one(tmp_path:
     assert follower.log_end_offset == 6
     leader.close()
     follower.close()
+
+
+def test_an_empty_epoch_at_the_log_end_is_dropped_so_the_fetch_stops_diverging(tmp_path: Path) -> None:
+    """A replica that led epoch 1 briefly without appending has (1, 6) at its log end; the new
+    leader went from epoch 0 straight to 2. Before the fix, truncating to the log end kept that
+    entry and the follower re-fetched with last_fetched_epoch 1 forever (a tight loop at shutdown)."""
+    from broker.replication.truncation import diverging_epoch, truncation_offset
+
+    leader = Log.open(tmp_path / "leader" / "t-0", LogConfig())
+    _leader_batches(leader, [0, 0])  # 6 records in epoch 0
+    leader.assign_leader_epoch(2, leader.log_end_offset)
+    follower = Log.open(tmp_path / "follower" / "t-0", LogConfig())
+    buf = bytearray(b"".join(d for _, d in leader.iter_batches(0)))
+    follower.append_as_follower(buf, list(rb.iter_headers(buf)), now_ms=1)
+    follower.assign_leader_epoch(1, follower.log_end_offset)  # led epoch 1, appended nothing
+    div = diverging_epoch(leader.end_offset_for_epoch, follower.latest_epoch, follower.log_end_offset)
+    assert div == (0, 6)
+    offset, _ = truncation_offset(follower.end_offset_for_epoch, follower.log_end_offset, 6, *div)
+    assert offset == 6
+    follower.truncate_to(offset)
+    assert follower.leader_epoch_entries == [(0, 0)] and follower.log_end_offset == 6
+    assert diverging_epoch(leader.end_offset_for_epoch, follower.latest_epoch, follower.log_end_offset) is None
+    leader.close()
+    follower.close()
