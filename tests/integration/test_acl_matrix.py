@@ -39,6 +39,11 @@ from kafka.protocol.admin import (
     ListTransactionsRequest,
     UpdateFeaturesRequest,
 )
+from kafka.protocol.admin.topics import (
+    AlterPartitionReassignmentsRequest,
+    ElectLeadersRequest,
+    ListPartitionReassignmentsRequest,
+)
 from kafka.protocol.consumer import (
     FetchRequest,
     HeartbeatRequest,
@@ -48,6 +53,7 @@ from kafka.protocol.consumer import (
     OffsetCommitRequest,
     OffsetDeleteRequest,
     OffsetFetchRequest,
+    OffsetForLeaderEpochRequest,
     SyncGroupRequest,
 )
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
@@ -307,6 +313,20 @@ MATRIX: list[tuple[str, int, Callable[[], Any], int]] = [
             version=1, entity_type="client-id", entity_name="acl-c")], ops=[])], validate_only=True),
      E.CLUSTER_AUTHORIZATION_FAILED),
     ("DeleteGroups", 2, lambda: DeleteGroupsRequest(version=2, groups_names=[GROUP]), E.GROUP_AUTHORIZATION_FAILED),
+    ("OffsetForLeaderEpoch", 4, lambda: OffsetForLeaderEpochRequest(version=4, replica_id=-1, topics=[
+        OffsetForLeaderEpochRequest.OffsetForLeaderTopic(version=4, topic=TOPIC, partitions=[
+            OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition(
+                version=4, partition=0, current_leader_epoch=-1, leader_epoch=0)])]), E.TOPIC_AUTHORIZATION_FAILED),
+    ("ElectLeaders", 2, lambda: ElectLeadersRequest(version=2, election_type=0, topic_partitions=[
+        ElectLeadersRequest.TopicPartitions(version=2, topic=TOPIC, partitions=[0])], timeout_ms=10000),
+     E.CLUSTER_AUTHORIZATION_FAILED),
+    ("AlterPartitionReassignments", 0, lambda: AlterPartitionReassignmentsRequest(version=0, timeout_ms=10000, topics=[
+        AlterPartitionReassignmentsRequest.ReassignableTopic(version=0, name=TOPIC, partitions=[
+            AlterPartitionReassignmentsRequest.ReassignableTopic.ReassignablePartition(
+                version=0, partition_index=0, replicas=[1])])]), E.CLUSTER_AUTHORIZATION_FAILED),
+    ("ListPartitionReassignments", 0, lambda: ListPartitionReassignmentsRequest(version=0, timeout_ms=10000,
+                                                                                topics=None),
+     E.CLUSTER_AUTHORIZATION_FAILED),
 ]
 
 # APIs that check nothing (as Kafka) or whose only effect on a denied principal is to hide things.
