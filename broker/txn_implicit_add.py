@@ -4,8 +4,8 @@ operation), instead of the client sending AddPartitionsToTxn first.
 
 Before a v12 transactional produce is appended, every partition whose producer has no open
 transaction at that epoch on the partition is added through the transaction coordinator
-(one node: a direct call; a cluster will send AddPartitionsToTxn v5 to the coordinator's
-broker, as Kafka's AddPartitionsToTxnManager). The coordinator's answer becomes the
+(its own coordinator directly; in a cluster, when another broker coordinates the transactional
+id, AddPartitionsToTxn v5 to it, as Kafka's AddPartitionsToTxnManager: broker/txn_verification.py). The coordinator's answer becomes the
 partition's produce error, translated as Kafka's ReplicaManager does for this operation:
 PRODUCER_FENCED -> INVALID_PRODUCER_EPOCH (what producers expect on Produce);
 INVALID_PRODUCER_ID_MAPPING -> INVALID_TXN_STATE (kbroker's verification path does the same);
@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.features import TV2_PRODUCE_VERSION, transaction_version
+from broker.txn_verification import ask_coordinator
 from protocol.errors import ErrorCode
 from storage.batch import parse_header
 
@@ -64,9 +65,7 @@ async def add_produce_partitions(broker: Any, request: Any, version: int) -> dic
                 continue  # already in this transaction on this partition
             wanted.setdefault((h.producer_id, h.producer_epoch), []).append((td.name, pd.index))
     errors: dict[tuple[str, int], int] = {}
-    coord = broker.txn_coordinator
     for (pid, epoch), tps in wanted.items():
-        code = await coord.add_partitions(tid, pid, epoch, tps, txn_version=2)
-        if code != ErrorCode.NONE:
-            errors.update(dict.fromkeys(tps, produce_error(code)))
+        codes = await ask_coordinator(broker, tid, pid, epoch, tps, add=True)
+        errors.update({tp: produce_error(code) for tp, code in codes.items() if code != ErrorCode.NONE})
     return errors

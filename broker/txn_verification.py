@@ -4,7 +4,9 @@ appending it (Kafka's AddPartitionsToTxnManager).
 
 The coordinator is the leader of the transactional id's ``__transaction_state`` partition. When
 that is this broker, its coordinator answers directly; otherwise an AddPartitionsToTxn v4 request
-with ``verify_only`` goes to it over the inter-broker connection. Answers map as Kafka's
+with ``verify_only`` goes to it over the inter-broker connection. Under transaction version 2 the
+same path adds partitions (AddPartitionsToTxn v5, not verify-only: Produce v12's and TxnOffsetCommit
+v5's implicit add, as Kafka's AddPartitionsToTxnManager with the addPartition operation). Answers map as Kafka's
 AddPartitionsToTxnManager does for Produce: INVALID_PRODUCER_ID_MAPPING -> INVALID_TXN_STATE,
 PRODUCER_FENCED -> INVALID_PRODUCER_EPOCH, and a coordinator that is not reachable, moving or
 loading -> NOT_ENOUGH_REPLICAS (retriable for every producer version).
@@ -64,28 +66,51 @@ async def coordinator_answer(broker: Broker, transactional_id: str, producer_id:
     coordinates ``transactional_id``; COORDINATOR_NOT_AVAILABLE when it is unknown or unreachable.
     TxnOffsetCommit checks its ``__consumer_offsets`` partition with it: the group coordinator and
     the transaction coordinator are often different brokers."""
+    codes = await ask_coordinator(broker, transactional_id, producer_id, producer_epoch, [(topic, partition)],
+                                  add=False)
+    return codes[(topic, partition)]
+
+
+async def ask_coordinator(broker: Broker, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: list[tuple[str, int]], *, add: bool) -> dict[tuple[str, int], ErrorCode]:
+    """Verify (``add`` False: AddPartitionsToTxn v4 ``verify_only``) or, under transaction version
+    2, add (``add`` True: v5, Kafka's addPartition operation for Produce v12 and TxnOffsetCommit v5)
+    ``partitions`` with the coordinator of ``transactional_id``: this broker's own coordinator, or
+    another broker over the inter-broker connection. The coordinator's answers, unmapped."""
     md = broker.metadata
     info = md.get_topic(TXN_TOPIC)
     if info is None:
-        return ErrorCode.INVALID_PRODUCER_ID_MAPPING  # no transaction can be ongoing without its state topic
+        # No transaction can be ongoing without its state topic.
+        return dict.fromkeys(partitions, ErrorCode.INVALID_PRODUCER_ID_MAPPING)
     leader = md.leader(TXN_TOPIC, partition_for(transactional_id, info.num_partitions))
     if leader < 0:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return dict.fromkeys(partitions, ErrorCode.COORDINATOR_NOT_AVAILABLE)
     if leader == broker.node_id:
-        return ErrorCode(broker.verify_txn_partition(transactional_id, producer_id, producer_epoch, topic, partition))
-    request = AddPartitionsToTxnRequest(version=VERSION, transactions=[_TXN(
-        version=VERSION, transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
-        verify_only=True, topics=[_TOPIC(version=VERSION, name=topic, partitions=[partition])])])
+        coord = broker.txn_coordinator
+        if add:
+            code = await coord.add_partitions(transactional_id, producer_id, producer_epoch, partitions,
+                                              txn_version=2)
+            return dict.fromkeys(partitions, ErrorCode(code))
+        return {tp: ErrorCode(coord.verify_partition(transactional_id, producer_id, producer_epoch, *tp))
+                for tp in partitions}
+    version = 5 if add else VERSION
+    by_topic: dict[str, list[int]] = {}
+    for t, p in partitions:
+        by_topic.setdefault(t, []).append(p)
+    request = AddPartitionsToTxnRequest(version=version, transactions=[_TXN(
+        version=version, transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
+        verify_only=not add, topics=[_TOPIC(version=version, name=t, partitions=ps) for t, ps in by_topic.items()])])
     try:
-        response = await broker.inter_broker.request(leader, request, VERSION, TIMEOUT_S)
+        response = await broker.inter_broker.request(leader, request, version, TIMEOUT_S)
     except (ConnectionError, OSError, TimeoutError) as e:
-        log.info("verifying %s-%d for %s with broker %d failed (%r)", topic, partition, transactional_id, leader, e)
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        log.info("asking broker %d about %s for %s failed (%r)", leader, partitions, transactional_id, e)
+        return dict.fromkeys(partitions, ErrorCode.COORDINATOR_NOT_AVAILABLE)
     if response.error_code:
-        return ErrorCode(response.error_code)
+        return dict.fromkeys(partitions, ErrorCode(response.error_code))
+    out = dict.fromkeys(partitions, ErrorCode.COORDINATOR_NOT_AVAILABLE)  # anything left out: retried
     for r in response.results_by_transaction:
         for t in r.topic_results:
             for p in t.results_by_partition:
-                if t.name == topic and p.partition_index == partition:
-                    return ErrorCode(p.partition_error_code)
-    return ErrorCode.COORDINATOR_NOT_AVAILABLE
+                if (t.name, p.partition_index) in out:
+                    out[(t.name, p.partition_index)] = ErrorCode(p.partition_error_code)
+    return out

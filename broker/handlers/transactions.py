@@ -13,8 +13,8 @@
   marker; up to v4 the offsets partition must have been added with AddOffsetsToTxn
   (INVALID_TXN_STATE), which the transactional id's coordinator confirms (in a cluster possibly
   another broker, asked with AddPartitionsToTxn v4 verify_only); v5 under TV2 adds it implicitly,
-  as Kafka's addPartition operation (deviation: in a cluster only when this broker coordinates
-  the transactional id too).
+  as Kafka's addPartition operation (in a cluster through the transactional id's coordinator, on
+  whichever broker: AddPartitionsToTxn v5).
 - ListTransactions (66) v0-1, DescribeTransactions (65) v0, DescribeProducers (61) v0.
 
 PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH to versions older than KIP-588's
@@ -48,7 +48,7 @@ from kafka.protocol.producer import (
 
 from broker.features import TV2_END_TXN_VERSION, TV2_TXN_OFFSET_COMMIT_VERSION, transaction_version
 from broker.handlers import AclOperation, RequestContext, ResourceType, api
-from broker.txn_verification import coordinator_answer
+from broker.txn_verification import ask_coordinator, coordinator_answer
 from protocol.errors import ErrorCode
 
 
@@ -93,7 +93,8 @@ async def _add_partitions(ctx: RequestContext, tid: str, pid: int, epoch: int, t
         return {tp: failed.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in wanted}
     if verify_only:
         return {tp: coord.verify_partition(tid, pid, epoch, *tp) for tp in wanted}
-    code = fenced(await coord.add_partitions(tid, pid, epoch, wanted), v, 2)
+    # v5 from a broker (not verify-only) is transaction version 2's implicit add (KIP-890 part 2).
+    code = fenced(await coord.add_partitions(tid, pid, epoch, wanted, txn_version=2 if v >= 5 else 0), v, 2)
     return dict.fromkeys(wanted, code)
 
 
@@ -179,8 +180,8 @@ async def handle_txn_offset_commit(ctx: RequestContext, request) -> TxnOffsetCom
         if transaction_version(ctx.broker, v, TV2_TXN_OFFSET_COMMIT_VERSION) >= 2:
             # TV2: no AddOffsetsToTxn; the offsets partition joins the transaction here.
             await gc.ensure_topic()
-            check = await _coordinator(ctx).add_partitions(request.transactional_id, request.producer_id,
-                                                           request.producer_epoch, [offsets_tp], txn_version=2)
+            check = (await ask_coordinator(ctx.broker, request.transactional_id, request.producer_id,
+                                           request.producer_epoch, [offsets_tp], add=True))[offsets_tp]
         elif getattr(ctx.broker, "cluster", None) is not None:
             # The transactional id's coordinator may be another broker than this group coordinator.
             check = await coordinator_answer(ctx.broker, request.transactional_id, request.producer_id,
