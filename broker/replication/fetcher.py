@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("broker.replication.fetcher")
 
 FETCH_VERSION = 12
+STOP_WAIT_S = 5.0
 _T = FetchRequest.FetchTopic
 _P = FetchRequest.FetchTopic.FetchPartition
 
@@ -121,6 +122,7 @@ class ReplicaFetcher:
         self._client: ProtocolClient | None = None
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self._stopping = False
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{self.leader}-{self.key[1]}")
@@ -129,10 +131,13 @@ class ReplicaFetcher:
         self._wake.set()
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            # Bounded: on Python 3.11 asyncio.wait_for can swallow a cancellation that lands as its
+            # inner await completes; the loop then sees _stopping and ends on its own.
+            with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError, Exception):
+                await asyncio.wait_for(asyncio.shield(self._task), STOP_WAIT_S)
         await self._close()
 
     async def _close(self) -> None:
@@ -164,7 +169,7 @@ class ReplicaFetcher:
         return client
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             now = time.monotonic()
             ready = [p for k, p in self.partitions.items() if self.delay.get(k, 0) <= now]
             if not ready:
