@@ -15,6 +15,11 @@ from admission until handled, and while that bound is reached connections stop r
 not closed). Connections with nothing in flight and no bytes in or out for
 ``connections.max.idle.ms`` are closed, as Kafka's idle expiry does.
 
+Zero-copy fetch: a Fetch response may name record ranges still in the segment files
+(storage.log.FileSlice). On a plaintext listener whose transport has nothing queued they go out
+with os.sendfile and the response is written on the socket directly, to its end, before the next
+one; on TLS listeners, or behind queued bytes, they are read (pread) and written like other bytes.
+
 Security (design.md 6b): SSL and SASL_SSL listeners speak TLS only (the socket is wrapped before
 any byte is read, so a plaintext client gets no Kafka response); with a client certificate the
 principal is its mapped subject. On SASL listeners a connection is authenticated by
@@ -55,6 +60,8 @@ from protocol.headers import (
 from protocol.null_check import checker_for
 from protocol.response_summary import error_summary
 from security.quotas import ClientQuotaManager
+from storage.log import FileSlice
+from storage.log import SliceGoneError as SliceGone
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -77,6 +84,8 @@ _MIN_PARTIAL = 16 * 1024
 _GROWTH = 4
 # Test-only: log at DEBUG how many bytes a partly read frame holds (see tests/integration/test_connection_limits.py).
 _TRACE_BUFFERS = os.environ.get("KBROKERTEST_TRACE_REQUEST_BUFFERS") == "1"
+# Test-only: log each response whose record bytes went out with sendfile (tests/integration/test_zero_copy_fetch.py).
+_TRACE_SENDFILE = os.environ.get("KBROKERTEST_TRACE_SENDFILE") == "1"
 
 
 class CloseConnection(Exception):
@@ -116,6 +125,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._max_frame = self.broker.config.socket_request_max_bytes
         self.last_activity = time.monotonic()
         self._fd = -1  # the socket's descriptor, to ask the kernel how many bytes have arrived
+        # Record ranges go out with os.sendfile, except through TLS, which must encrypt every byte.
+        self._zero_copy = security is None or security.ssl_context is None
         self.listener_name = security.listener.name if security is not None else ""
         # KIP-219: after a response over a byte-rate quota the connection is muted this long; clients of
         # older versions get the response only after it (_throttle).
@@ -410,13 +421,107 @@ class KafkaConnection(asyncio.BufferedProtocol):
         finally:
             self._resume("throttle")
 
-    async def _write(self, chunks: list[bytes | memoryview]) -> None:
+    async def _write(self, chunks: list[Any]) -> None:
         if self._closed or self.transport is None:
             return
         if not self._can_write.is_set():
             await self._can_write.wait()
         self.last_activity = time.monotonic()
-        self.transport.writelines(chunks)
+        for c in chunks:
+            if c.__class__ is FileSlice:
+                break
+        else:
+            self.transport.writelines(chunks)
+            return
+        # A Fetch response with record ranges left in the segment files (storage.log.FileSlice).
+        if self._zero_copy and self._fd >= 0 and not self.transport.get_write_buffer_size():
+            await self._send_direct(chunks)
+            return
+        # TLS (bytes must pass through the TLS layer) or data already queued: copy.
+        try:
+            data = [c.read() if c.__class__ is FileSlice else c for c in chunks]
+        except OSError as e:
+            self._slice_gone(e)
+            return
+        self.transport.writelines(data)
+
+    async def _send_direct(self, chunks: list[Any]) -> None:
+        """Write a response on the socket itself, record ranges with os.sendfile (the kernel copies
+        them from the page cache to the socket: no pread into Python bytes, no copy into a write
+        buffer). Only when the transport has nothing queued, so the bytes go out in order; the
+        response is written to the end before the connection's next one (_process awaits this), and
+        nothing else writes to this transport meanwhile. Works on a dup of the socket: if the
+        transport closes its descriptor meanwhile, the number may be reused by another file."""
+        loop = self.server.loop
+        fd = os.dup(self._fd)
+        try:
+            i, off, n = 0, 0, len(chunks)
+            if _TRACE_SENDFILE:
+                log.info("connection %s: sending %d record bytes with sendfile", self.id,
+                         sum(c.size for c in chunks if c.__class__ is FileSlice))
+            while i < n:
+                if self._closed or self.transport is None or self.transport.is_closing():
+                    return
+                c = chunks[i]
+                try:
+                    if c.__class__ is FileSlice:
+                        left = c.size - off
+                        sent = os.sendfile(fd, c.fd(), c.position + off, left) if left else 0
+                        if sent == 0 and left:
+                            raise SliceGone(f"{c}: the file ends before the range")
+                        off += sent
+                        if off >= c.size:
+                            i, off = i + 1, 0
+                        continue
+                    # A run of byte chunks (the header pieces between record ranges): one writev.
+                    j = i
+                    bufs = []
+                    while j < n and chunks[j].__class__ is not FileSlice:
+                        bufs.append(memoryview(chunks[j])[off:] if j == i and off else chunks[j])
+                        j += 1
+                    sent = os.writev(fd, bufs)
+                    while i < j:
+                        rest = len(chunks[i]) - off
+                        if sent < rest:
+                            off += sent
+                            break
+                        sent -= rest
+                        i, off = i + 1, 0
+                except BlockingIOError:
+                    await self._writable(loop, fd)
+                    self.last_activity = time.monotonic()
+                except InterruptedError:
+                    continue
+                except SliceGone as e:
+                    self._slice_gone(e)
+                    return
+                except OSError as e:  # the peer went away (EPIPE, ECONNRESET)
+                    log.debug("connection %s from %s:%s: write failed: %s", self.id, *self.peer, e)
+                    self.close()
+                    return
+        finally:
+            os.close(fd)
+
+    async def _writable(self, loop: Any, fd: int) -> None:
+        fut = loop.create_future()
+
+        def ready() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        loop.add_writer(fd, ready)
+        try:
+            await fut
+        finally:
+            loop.remove_writer(fd)
+
+    def _slice_gone(self, e: Exception) -> None:
+        """The records named in a response left the file before they were sent (segment deleted or
+        log truncated meanwhile); the size prefix is already promised, so the connection closes and
+        the client fetches again, as when Kafka's FileRecords finds its file truncated."""
+        log.warning("closing connection %s from %s:%s: fetch response could not be completed: %s",
+                    self.id, *self.peer, e)
+        self.close()
 
     async def _handle(self, frame: bytearray) -> list[bytes | memoryview] | None:
         if self.sasl is not None and self.sasl.raw:

@@ -11,6 +11,7 @@ check them byte for byte against kafka-python's encoder.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sized
 from dataclasses import dataclass
 
 _I16 = struct.Struct(">h")
@@ -163,7 +164,7 @@ class FetchPartitionOut:
     last_stable_offset: int
     log_start_offset: int
     aborted: list[tuple[int, int]] | None  # (producer_id, first_offset); None = null
-    records: bytes | memoryview
+    records: bytes | memoryview | Sized  # Sized: a storage.log.FileSlice, passed through to the writer
     # v12+ tagged fields: DivergingEpoch (tag 0, a follower's log diverges: (epoch, end offset))
     # and CurrentLeader (tag 1, KIP-951: (leader id, leader epoch) with NOT_LEADER_OR_FOLLOWER).
     diverging_epoch: tuple[int, int] | None = None
@@ -194,12 +195,13 @@ def _compact_str(value: str | None) -> bytes:
 def encode_fetch_response(version: int, error_code: int, session_id: int,
                           topics: list[tuple[str | None, object, list[FetchPartitionOut]]],
                           node_endpoints: list[tuple[int, str, int, str | None]] | None = None,
-                          ) -> list[bytes | memoryview]:
-    """FetchResponse v4-v17 body as chunks; ``topics`` holds (name, topic_id uuid, partitions);
+                          ) -> list[bytes | memoryview | Sized]:
+    """FetchResponse v4-v17 body as chunks (record chunks as given: bytes, or file slices for
+    the server to send from the file); ``topics`` holds (name, topic_id uuid, partitions);
     ``node_endpoints`` (v16+, KIP-951): (node id, host, port, rack) of leaders named in
     CurrentLeader fields."""
     flexible = version >= 12
-    out: list[bytes | memoryview] = []
+    out: list[bytes | memoryview | Sized] = []
     head = bytearray()
     if version >= 7:
         head += _FETCH_HEAD.pack(0, error_code, session_id)

@@ -58,11 +58,13 @@ from storage.txn_index import AbortedTxn
 __all__ = [
     "AbortedTxn",
     "AppendResult",
+    "FileSlice",
     "FlushPlan",
     "Log",
     "OffsetOutOfRangeError",
     "ProducerStateHook",
     "ReadResult",
+    "SliceGoneError",
     "parse_topic_partition",
 ]
 
@@ -101,6 +103,47 @@ class ReadResult:
 
 
 _EMPTY_READ = ReadResult([], 0, None)
+
+# Reads of at least this many bytes are returned as a FileSlice (sent with os.sendfile); smaller ones
+# are copied: for them one pread is cheaper than a header scan plus separate sendfile calls.
+ZERO_COPY_MIN_BYTES = 64 * 1024
+
+
+class SliceGoneError(OSError):
+    """A FileSlice's bytes are no longer in the file: its segment was closed or the log truncated."""
+
+
+class FileSlice:
+    """Whole batches in a segment's .log file, by position: what a zero-copy read returns in place
+    of their bytes. ``len()`` is the byte count, so it counts and encodes like the bytes it stands for.
+    The server sends it with os.sendfile from ``fd()``, or copies it with ``read()`` (TLS, or when
+    the socket already has data queued). Both check first that the bytes are still there: the slice
+    is sent after the handler returns, and meanwhile its segment may be deleted (closed) or the log
+    truncated (the same positions may then hold other batches)."""
+
+    __slots__ = ("log", "segment", "position", "size", "generation")
+
+    def __init__(self, log: Log, segment: Segment, position: int, size: int) -> None:
+        self.log, self.segment, self.position, self.size = log, segment, position, size
+        self.generation = log._generation
+
+    def __len__(self) -> int:
+        return self.size
+
+    def fd(self) -> int:
+        """The segment's file descriptor, valid until control returns to the event loop."""
+        if self.segment.closed or self.log._generation != self.generation:
+            raise SliceGoneError(f"{self.segment.log_path}: closed or truncated since it was read")
+        return self.segment.fd
+
+    def read(self) -> bytes:
+        data = os.pread(self.fd(), self.size, self.position)
+        if len(data) != self.size:
+            raise SliceGoneError(f"{self.segment.log_path}: {len(data)} of {self.size} bytes at {self.position}")
+        return data
+
+    def __repr__(self) -> str:
+        return f"FileSlice({self.segment.log_path.name}, position={self.position}, size={self.size})"
 
 
 @dataclass(slots=True)
@@ -508,7 +551,10 @@ class Log:
     # ------------------------------------------------------------------------------------------
 
     def read(self, start_offset: int, max_bytes: int, *, max_offset: int | None = None,
-             min_one_batch: bool = True) -> ReadResult:
+             min_one_batch: bool = True, zero_copy: bool = False) -> ReadResult:
+        """Whole batches from the one containing ``start_offset``, within one segment. With
+        ``zero_copy`` a range of at least ZERO_COPY_MIN_BYTES comes back as one FileSlice
+        (same batches, not read into memory)."""
         leo = self.log_end_offset
         if start_offset == leo and start_offset >= self.log_start_offset:
             return ReadResult([], 0, None)
@@ -524,6 +570,20 @@ class Log:
             seg = segments[i]
             if max_offset is not None and seg.base_offset >= max_offset:
                 break
+            # The bytes from the index entry at or below the start to the segment end bound the read:
+            # a consumer at the tail of the log is copied without a header scan first.
+            if zero_copy and min(seg.size - seg.offset_index.lookup(start_offset)[1],
+                                 max_bytes) >= ZERO_COPY_MIN_BYTES:
+                rng = seg.read_range(start_offset, max_bytes, max_offset, min_one_batch)
+                if rng is not None:
+                    pos, size, first = rng
+                    if not size:
+                        return ReadResult([], 0, None)
+                    if size >= ZERO_COPY_MIN_BYTES:
+                        return ReadResult([FileSlice(self, seg, pos, size)], size, first)
+                    return ReadResult([os.pread(seg.fd, size, pos)], size, first)
+                i += 1
+                continue
             found = seg.read(start_offset, max_bytes, max_offset, min_one_batch)
             if found is not None:
                 data, first = found

@@ -130,6 +130,43 @@ def scan_batches(
         pos += size
 
 
+_FIRST_HEADER = _LAST_DELTA_AT + 4  # bytes of a batch header up to and including lastOffsetDelta
+# Header scans read the file in windows this large while batches are small (one window then covers
+# many headers), and only the next header once a batch is at least _BIG_BATCH bytes long (a window
+# would mostly copy record bytes that are about to be sent from the file anyway).
+_SCAN_WINDOW = 64 * 1024
+_BIG_BATCH = 16 * 1024
+
+
+class _HeaderScan:
+    """Batch headers of one segment file read through a small moving window (``Segment.read_range``)."""
+
+    __slots__ = ("fd", "size", "buf", "start", "last_len")
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd, self.size = fd, size
+        self.buf = b""
+        self.start = 0
+        self.last_len = 0
+
+    def header(self, pos: int, need: int) -> tuple[int, int, int] | None:
+        """(base offset, batch length, last offset delta or -1) of the batch at ``pos``; None
+        when fewer than ``need`` bytes remain in the file."""
+        if pos + need > self.size:
+            return None
+        at = pos - self.start
+        if at < 0 or at + need > len(self.buf):
+            window = need if self.last_len >= _BIG_BATCH else _SCAN_WINDOW
+            self.buf = os.pread(self.fd, max(need, min(window, self.size - pos)), pos)
+            self.start, at = pos, 0
+            if len(self.buf) < need:
+                return None
+        base, length = _BASE_LEN.unpack_from(self.buf, at)
+        self.last_len = length
+        delta = _INT32.unpack_from(self.buf, at + _LAST_DELTA_AT)[0] if need >= _FIRST_HEADER else -1
+        return base, length, delta
+
+
 class Segment:
     """A segment's files and in-memory summary (size, next offset, max timestamp)."""
 
@@ -369,7 +406,8 @@ class Segment:
             if header is None:
                 return None
             pos = header.position
-            buf = os.pread(self.fd, min(size - pos, max_bytes), pos)
+            # At least the header, even for max_bytes 0 (a fetch whose response limit is used up).
+            buf = os.pread(self.fd, min(size - pos, max(max_bytes, rb.HEADER_SIZE)), pos)
             n = len(buf)
             p = 0
         first_base, first_len = unpack(buf, p)
@@ -404,6 +442,45 @@ class Segment:
                 return memoryview(buf)[p : p + total], first_base
             return os.pread(self.fd, total, pos + p), first_base
         return memoryview(buf)[p:q], first_base
+
+    def read_range(self, offset: int, max_bytes: int, max_offset: int | None,
+                   min_one_batch: bool) -> tuple[int, int, int] | None:
+        """The byte range of the whole batches a read from ``offset`` returns, as (file position,
+        length, base offset of the first batch), or None when no batch of this segment reaches
+        ``offset``: the same batches as `read` (from the one containing ``offset``, while they fit
+        in ``max_bytes`` and start below ``max_offset``; the first alone when none fits and
+        ``min_one_batch``), found by reading batch headers only, so the record bytes can be sent
+        from the file (os.sendfile) without passing through Python."""
+        size = self.size
+        scan = _HeaderScan(self.fd, size)
+        p = self.offset_index.lookup(offset)[1]
+        while True:
+            h = scan.header(p, _FIRST_HEADER)
+            if h is None:
+                return None
+            base, length, delta = h
+            if base + delta >= offset:
+                break
+            p += length + rb.LOG_OVERHEAD
+        first_base, first_len = base, length
+        if max_offset is not None and first_base >= max_offset:
+            return p, 0, first_base
+        limit = p + max_bytes
+        q = p
+        while True:
+            e = q + length + rb.LOG_OVERHEAD
+            if e > limit or e > size:
+                break
+            q = e
+            h = scan.header(q, rb.LOG_OVERHEAD)
+            if h is None:
+                break
+            base, length, _ = h
+            if max_offset is not None and base >= max_offset:
+                break
+        if q == p:
+            return p, (first_len + rb.LOG_OVERHEAD if min_one_batch else 0), first_base
+        return p, q - p, first_base
 
     def iter_from(self, offset: int, end_offset: int | None = None) -> Iterator[tuple[rb.BatchHeader, memoryview]]:
         """Batches whose last offset >= offset and base offset < end_offset, header positions absolute."""

@@ -30,7 +30,10 @@ answered with session id 0, which tells the client that no session was created, 
 sending full requests; an incremental fetch naming a session gets FETCH_SESSION_ID_NOT_FOUND.
 
 The response is encoded by protocol.fast_codecs, which passes the segment bytes through as
-separate chunks of the socket write instead of copying them into one buffer.
+separate chunks of the socket write instead of copying them into one buffer. Ranges of 64 KiB and
+more are not read at all: they stay storage.log.FileSlice references (segment file, position,
+length) that broker/server.py sends with os.sendfile, or copies on TLS listeners (see
+docs/benchmarks.md, "Zero-copy fetch").
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from broker.replica_manager import Partition
 from broker.replication.truncation import diverging_epoch
 from protocol.errors import ErrorCode
 from protocol.fast_codecs import FetchPartitionOut, encode_fetch_response
-from storage.log import OffsetOutOfRangeError
+from storage.log import FileSlice, OffsetOutOfRangeError
 
 READ_COMMITTED = 1
 
@@ -70,7 +73,7 @@ class _Result:
     hw: int
     lso: int
     log_start: int
-    records: bytes
+    records: bytes | memoryview | FileSlice
     aborted: list | None
     diverging: tuple[int, int] | None = None
 
@@ -139,7 +142,7 @@ def _read(items: list[_Item], max_bytes: int, isolation: int, *,
         upper = None if follower else lso if isolation == READ_COMMITTED else hw
         try:
             limit = min(it.max_bytes, max(max_bytes - total, 0))
-            rr = lg.read(it.fetch_offset, limit, max_offset=upper, min_one_batch=total == 0)
+            rr = lg.read(it.fetch_offset, limit, max_offset=upper, min_one_batch=total == 0, zero_copy=True)
         except OffsetOutOfRangeError:
             results.append(_Result(ErrorCode.OFFSET_OUT_OF_RANGE, hw, lso, lg.log_start_offset, b"", None))
             errors = True
