@@ -154,3 +154,27 @@ def test_sendfile_and_copy_paths_answer_byte_identical(setup) -> None:  # noqa: 
     sends = len(re.findall(r"with sendfile", text)) - before
     # Every plaintext response with a 64 KiB range went out with sendfile; the TLS ones never do.
     assert sends >= big // 2 > 0, text[-3000:]
+
+
+def test_pipelined_requests_mix_sendfile_and_copied_answers(setup) -> None:  # noqa: ANN001
+    """Fetches sent back to back on one connection, some answered with sendfile and some copied
+    (ranges under 64 KiB), come back in request order and intact: a sendfile response is written to
+    its end before the next response starts."""
+    broker, tls = setup
+    reqs = [_request(12, (0, 100), isolation=0, part_max=1 << 20, max_bytes=50 << 20),
+            _request(12, (5000, 5001), isolation=0, part_max=2000, max_bytes=50 << 20),  # small: copied
+            _request(11, (2000, 0), isolation=1, part_max=3 << 20, max_bytes=50 << 20),
+            _request(4, (100, 4000), isolation=0, part_max=150_000, max_bytes=50 << 20)] * 3
+    versions = [12, 12, 11, 4] * 3
+    plain = RawConnection(broker.bootstrap, timeout=30)
+    secure = RawConnection(f"127.0.0.1:{broker.ssl_port}", timeout=30)
+    secure.sock = tls.wrap_socket(secure.sock, server_hostname="localhost")
+    try:
+        corrs = [plain.send(r, v) for r, v in zip(reqs, versions, strict=True)]
+        for corr, r, v in zip(corrs, reqs, versions, strict=True):
+            frame = plain.read_raw_frame()
+            assert struct.unpack_from(">i", frame)[0] == corr
+            assert frame[4:] == _frames(secure, r, v)
+    finally:
+        plain.close()
+        secure.close()
