@@ -598,12 +598,12 @@ class TransactionCoordinator:
             except Exception:
                 log.exception("writing markers for %s failed; retrying", md.transactional_id)
                 results = {}
-            for (_, topic, p), code in results.items():
+            for (_, topic, data_p), code in results.items():
                 if code == ErrorCode.NONE or code in _GIVE_UP:
                     if code != ErrorCode.NONE:
-                        log.warning("dropping marker for %s-%d of %s: %s", topic, p, md.transactional_id,
+                        log.warning("dropping marker for %s-%d of %s: %s", topic, data_p, md.transactional_id,
                                     ErrorCode(code).name)
-                    remaining.discard((topic, p))
+                    remaining.discard((topic, data_p))
             if remaining:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)

@@ -34,10 +34,6 @@ def _tid_outside(data_partitions: set[int]) -> str:
                 if partition_for(t, NUM_PARTITIONS) not in data_partitions)
 
 
-# strict: once coordinator/txn_coordinator.py is fixed this passes and the marker must go.
-@pytest.mark.xfail(strict=True, reason="TransactionCoordinator._complete rebinds p (the __transaction_state "
-                   "partition) in `for (_, topic, p), code in results.items()`, so the ownership check before a "
-                   "marker retry looks at a data partition and gives the transaction up")
 @pytest.mark.parametrize("commit", [True, False])
 async def test_marker_retry_completes_when_only_the_state_partition_is_loaded(commit: bool) -> None:
     access = FakeAccess()
