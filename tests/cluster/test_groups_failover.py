@@ -144,7 +144,8 @@ def _members(admin: AdminClient, group: str) -> int:
     return len(d.members)
 
 
-@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+# The default suite keeps the consumer protocol (its group state is what moves); classic in test-all.
+@pytest.mark.parametrize("protocol", [pytest.param("classic", marks=pytest.mark.slow), "consumer"])
 def test_group_survives_coordinator_kill(etcd: EtcdProcess, tmp_path: Path, protocol: str) -> None:
     with coord_cluster(etcd, tmp_path) as cluster:
         ensure_internal_topic(cluster, GROUP_TOPIC)

@@ -48,7 +48,9 @@ def _producer(bootstrap: str, tid: str, errors: list[KafkaError]) -> Producer:
     return p
 
 
-@pytest.mark.parametrize("where", ["send", "commit", "send_offsets"])
+# The default suite keeps the produce case; commit and offsets (same setup, ~8 s each) run in test-all.
+@pytest.mark.parametrize("where", ["send", pytest.param("commit", marks=pytest.mark.slow),
+                                   pytest.param("send_offsets", marks=pytest.mark.slow)])
 def test_zombie_fenced_across_brokers(etcd: EtcdProcess, tmp_path: Path, where: str) -> None:
     with coord_cluster(etcd, tmp_path) as cluster:
         ensure_internal_topic(cluster, TXN_TOPIC)
