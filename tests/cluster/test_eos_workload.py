@@ -293,6 +293,10 @@ class EosRun:
         self.note(f"{what}: {n} of {self.spec.records} committed")
         return n
 
+    def wait_committed(self, target: int) -> int:
+        return wait_until(lambda: (v := self.committed()) >= target and v,
+                          f"copiers to commit {target} of {self.spec.records}", PROGRESS_WAIT_S, interval=0.5)
+
     def wait_healthy(self) -> None:
         for topic, parts in ((INPUT, self.spec.in_parts), (OUTPUT, self.spec.out_parts),
                              ("__transaction_state", INTERNAL_PARTITIONS), ("__consumer_offsets", INTERNAL_PARTITIONS)):
@@ -451,7 +455,11 @@ def run_workload(cluster: BrokerCluster, tmp: Path, spec: Spec, plan: list[tuple
         run.start_copiers()
         done = run.wait_progress(0, "copiers started")
         run.wait_healthy()
-        for action, target in plan:
+        for i, action_target in enumerate(plan):
+            # Spread the steps over the copy (step i once (i+1)/(steps+1) of the input is committed),
+            # so every one of them meets transactions in flight, as Kafka's bounces do.
+            done = max(done, run.wait_committed(spec.records * (i + 1) // (len(plan) + 1)))
+            action, target = action_target
             if action == "clean":
                 assert target is not None
                 run.clean_bounce(target)
@@ -498,7 +506,7 @@ def test_eos_workload_small(cluster: BrokerCluster, tmp_path: Path) -> None:
 @pytest.mark.timeout(2400)
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_eos_workload_100k(cluster: BrokerCluster, tmp_path: Path, protocol: str) -> None:
-    spec = Spec(records=100_000, protocol=protocol, copy_seconds=180)
+    spec = Spec(records=100_000, protocol=protocol, copy_seconds=120)
     run_workload(cluster, tmp_path, spec, broker_plan(spec))
 
 
@@ -508,5 +516,5 @@ def test_eos_workload_100k(cluster: BrokerCluster, tmp_path: Path, protocol: str
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_eos_workload_ordered(cluster: BrokerCluster, tmp_path: Path, protocol: str) -> None:
     """1 input partition -> 1 output partition, a third of the records: order is checked too."""
-    spec = Spec(records=100_000 // 3, in_parts=1, out_parts=1, protocol=protocol, copy_seconds=180, check_order=True)
+    spec = Spec(records=100_000 // 3, in_parts=1, out_parts=1, protocol=protocol, copy_seconds=120, check_order=True)
     run_workload(cluster, tmp_path, spec, broker_plan(spec))
