@@ -1,0 +1,181 @@
+"""The compiled record walk (storage/_recwalk.c) and the pure-Python fallback give exactly the
+verdicts and error messages of the record walk as it was before (tests/unit/record_walk_reference.py).
+
+Corpus: valid batches of every codec with keys, headers and multi-byte varints (long values,
+timestamp deltas of every width, > 64 and > 8,192 records); the fuzzer's malformed batch kinds
+(tests/fuzz/batches.py); and thousands of seeded mutations of valid records sections (bit flips,
+byte sets, truncations, insertions, deletions, over-long and huge varints, splices). Every case is
+checked with and without the compacted-topic key rule, and both through `validate_records` (the
+produce path) and the raw walks.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+from storage import batch as B
+from storage import record_validation as RV
+from tests.fuzz import batches as FB
+from tests.unit import record_walk_reference as REF
+
+_recwalk = pytest.importorskip("storage._recwalk", reason="the optional compiled walk is not built")
+
+_EDGE_VARINTS = [b"\xff\xff\xff\xff\xff\xff", b"\xff\xff\xff\xff\x0f", b"\x80\x80\x80\x80\x80\x80\x80\x80\x80\x80\x01",
+                 b"\x80\x80\x80\x80\x80\x80\x80\x80\x80\x01", b"\xfe\xff\xff\xff\x0f", b"\x01", b"\x03", b"\x00",
+                 b"\x7f", b"\x80\x01", b"\xff\x7f", b"\x81\x80\x80\x80\x00"]
+
+
+def _records(rng: random.Random, n: int) -> bytes:
+    out = []
+    for i in range(n):
+        key = rng.choice([None, b"", b"k%d" % i, b"K" * rng.randrange(60, 200)])
+        value = rng.choice([None, b"", b"v" * rng.randrange(0, 70), b"w" * rng.randrange(8_000, 9_000)
+                            if rng.random() < 0.05 else b"x" * rng.randrange(100, 300)])
+        headers = [(b"h%d" % j, rng.choice([None, b"", b"y" * rng.randrange(0, 150)]))
+                   for j in range(rng.choice([0, 0, 0, 1, 2, 70]))]
+        ts = rng.choice([0, 1, 63, 64, 8191, 8192, 1 << 20, 1 << 27, 1 << 40, -1, -(1 << 33)])
+        out.append(FB.record(i, key, value, ts_delta=ts, headers=headers))
+    return b"".join(out)
+
+
+def _outcome(fn, *args, **kw) -> tuple[str, object]:
+    try:
+        return "ok", fn(*args, **kw)
+    except RV.InvalidRecordError as e:
+        return "invalid", (str(e), e.record_errors)
+    except B.InvalidBatchError as e:
+        return type(e).__name__, str(e)
+
+
+def _same_walk(section: bytes, count: int) -> None:
+    """Raw walks: compiled verdict == reference verdict, Python walk == reference (messages too)."""
+    for need_keys in (False, True):
+        ref = _outcome(REF.walk_records, section, 0, len(section), count, need_keys)
+        assert _outcome(RV.walk_records, section, 0, len(section), count, need_keys) == ref
+        compiled = _recwalk.walk(section, 0, len(section), count, need_keys)
+        if ref[0] == "ok":
+            assert compiled == ref[1], (section.hex(), count, need_keys)
+        else:
+            assert compiled is None, (section.hex(), count, need_keys, ref)
+        # in place inside a larger buffer, as the produce path calls it
+        padded = b"\x05" * 7 + section + b"\xff" * 5
+        assert _recwalk.walk(memoryview(bytearray(padded)), 7, 7 + len(section), count, need_keys) == compiled
+
+
+def _same_validate(batch: bytes) -> None:
+    """validate_records (compiled, then forced pure Python) == the reference, for a whole batch."""
+    try:
+        h = B.parse_header(batch)
+    except B.InvalidBatchError:
+        return
+    view = memoryview(bytearray(batch))
+    for tp in (None, "t-0"):
+        ref = _outcome(REF.validate_records, view, h, compacted_tp=tp, max_decompressed=1 << 22)
+        assert _outcome(RV.validate_records, view, h, compacted_tp=tp, max_decompressed=1 << 22) == ref
+        saved, RV._recwalk = RV._recwalk, None
+        try:
+            assert _outcome(RV.validate_records, view, h, compacted_tp=tp, max_decompressed=1 << 22) == ref
+        finally:
+            RV._recwalk = saved
+
+
+def test_compiled_walk_is_in_use():
+    assert RV._recwalk is _recwalk
+
+
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
+def test_valid_batches(codec):
+    rng = random.Random(codec)
+    for n in (1, 2, 5, 63, 64, 65, 300):
+        section = _records(rng, n)
+        _same_walk(section, n)
+        batch = FB.assemble(FB.compress(codec, section), n, attributes=codec)
+        _same_validate(batch)
+        assert RV.validate_records(batch, B.parse_header(batch)) is None
+
+
+def test_many_records_three_byte_offset_deltas():
+    n = 9_000
+    section = b"".join(FB.record(i, None, b"v") for i in range(n))
+    _same_walk(section, n)
+    _same_walk(section, n - 1)
+    _same_walk(section, n + 1)
+
+
+@pytest.mark.parametrize("kind", FB.BAD_KINDS)
+def test_fuzzer_bad_batch_kinds(kind):
+    rng = random.Random(kind)
+    for _ in range(1 if kind.endswith("_bomb") else 8):
+        _same_validate(FB.bad_batch(kind, rng))
+
+
+def _mutate(section: bytes, rng: random.Random) -> bytes:
+    data = bytearray(section)
+    op = rng.randrange(8)
+    pos = rng.randrange(len(data) + 1)
+    if op == 0 and data:
+        data[min(pos, len(data) - 1)] ^= 1 << rng.randrange(8)
+    elif op == 1 and data:
+        data[min(pos, len(data) - 1)] = rng.choice([0x00, 0x01, 0x02, 0x7F, 0x80, 0xFF, 0xFE, rng.getrandbits(8)])
+    elif op == 2:
+        del data[pos:]
+    elif op == 3:
+        data[pos:pos] = rng.choice(_EDGE_VARINTS)
+    elif op == 4:
+        data[pos:pos + rng.randrange(1, 3)] = rng.choice(_EDGE_VARINTS)
+    elif op == 5:
+        del data[pos:pos + rng.randrange(1, 4)]
+    elif op == 6:
+        other = rng.randrange(len(data) + 1)
+        data[pos:pos] = data[other:other + rng.randrange(1, 12)]
+    else:
+        data += bytes(rng.randrange(1, 4))
+    return bytes(data)
+
+
+def test_mutated_sections():
+    rng = random.Random(20)
+    for round_ in range(2_500):
+        n = rng.randrange(1, 6)
+        section = b"".join(FB.record(i, rng.choice([None, b"k"]), b"v" * rng.randrange(0, 40),
+                                     ts_delta=rng.choice([0, 300, 1 << 22]),
+                                     headers=[(b"h", rng.choice([None, b"x"]))] * rng.randrange(0, 3))
+                           for i in range(n))
+        for _ in range(rng.choice([1, 1, 2, 3])):
+            section = _mutate(section, rng)
+        count = n if round_ % 5 else rng.choice([0, n - 1, n + 1, 1 << 30])
+        _same_walk(section, count)
+        if round_ % 10 == 0:
+            codec = rng.choice([0, 0, 3, 4])
+            _same_validate(FB.assemble(FB.compress(codec, section), count, attributes=codec))
+
+
+def test_batch_shorter_than_its_header_claims():
+    """dump-log may hand over a buffer that ends early: the compiled walk is skipped, same error."""
+    section = b"".join(FB.record(i, None, b"v" * 20) for i in range(3))
+    batch = FB.assemble(section, 3)
+    h = B.parse_header(batch)
+    cut = batch[:-10]
+    assert _outcome(RV.validate_records, cut, h) == _outcome(REF.validate_records, cut, h)
+    assert _outcome(RV.validate_records, cut, h)[0] == "invalid"
+
+
+def test_bad_range_is_refused():
+    with pytest.raises(ValueError):
+        _recwalk.walk(b"abc", 2, 1, 1, False)
+    with pytest.raises(ValueError):
+        _recwalk.walk(b"abc", 0, 4, 1, False)
+
+
+def test_env_switch_forces_the_python_walk():
+    code = "from storage import record_validation as RV; print(RV._recwalk is None)"
+    env = dict(os.environ, KBROKER_PURE_PYTHON_WALK="1")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.strip() == "True", out.stderr
