@@ -487,13 +487,6 @@ def broker_plan(spec: Spec) -> list[tuple[str, int | None]]:
             + [("copier", i) for i in range(spec.in_parts)])
 
 
-# Marker retries after a partition leader's kill give the transaction up (see
-# tests/unit/test_txn_marker_retry_owner.py); not strict: the kill does not always hit a marker round.
-KNOWN_BROKEN = pytest.mark.xfail(strict=False, reason="coordinator/txn_coordinator.py _complete: marker retry "
-                                 "checks ownership of the wrong partition and leaves the transaction prepared")
-
-
-@KNOWN_BROKEN
 @pytest.mark.timeout(900)
 def test_eos_workload_small(cluster: BrokerCluster, tmp_path: Path) -> None:
     """10,000 records, one hard bounce: the coordinator of copier-0 killed holding a prepared transaction."""
@@ -501,7 +494,6 @@ def test_eos_workload_small(cluster: BrokerCluster, tmp_path: Path) -> None:
     run_workload(cluster, tmp_path, spec, [("hard_coordinator", None)])
 
 
-@KNOWN_BROKEN
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
@@ -510,7 +502,6 @@ def test_eos_workload_100k(cluster: BrokerCluster, tmp_path: Path, protocol: str
     run_workload(cluster, tmp_path, spec, broker_plan(spec))
 
 
-@KNOWN_BROKEN
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
