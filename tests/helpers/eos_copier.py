@@ -71,6 +71,9 @@ class Copier:
             "linger.ms": 5,
             "topic.metadata.refresh.interval.ms": 2000,
             "error_cb": lambda err: print(f"client error: {err}", file=sys.stderr, flush=True),
+            # librdkafka's transaction-manager log (a few lines per transaction): where a stuck
+            # transaction waits (AddPartitions, TxnOffsetCommit, EndTxn, the coordinator's answers).
+            "debug": "eos",
         })
 
     # -- group callbacks: a transaction never spans a rebalance ---------------------------------------
