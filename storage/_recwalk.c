@@ -39,9 +39,10 @@ static inline int read_varint(const uint8_t *d, Py_ssize_t *pos, Py_ssize_t boun
 }
 
 /* 1 if valid; counts keyless records in *nkeyless and, when `keyless` is not NULL, stores their
- * indexes there (the caller sized it from a first pass). Touches no Python object. */
+ * indexes there, at most `cap` of them (the caller sized it from a first pass; the cap keeps a
+ * buffer changed between the passes from writing past it). Touches no Python object. */
 static int walk_core(const uint8_t *d, Py_ssize_t pos, Py_ssize_t end, int64_t count,
-                     int64_t *keyless, Py_ssize_t *nkeyless)
+                     int64_t *keyless, Py_ssize_t cap, Py_ssize_t *nkeyless)
 {
     int64_t v;
     Py_ssize_t nk = 0;
@@ -67,7 +68,7 @@ static int walk_core(const uint8_t *d, Py_ssize_t pos, Py_ssize_t end, int64_t c
                 return 0;
             pos += (Py_ssize_t)v;
         } else if (v == -1) {
-            if (keyless)
+            if (keyless && nk < cap)
                 keyless[nk] = i;
             nk++;
         } else {
@@ -130,10 +131,10 @@ static PyObject *walk(PyObject *self, PyObject *args)
     int ok;
     if (end - pos >= NOGIL_BYTES) {
         Py_BEGIN_ALLOW_THREADS
-        ok = walk_core(d, pos, end, (int64_t)count, NULL, &nk);
+        ok = walk_core(d, pos, end, (int64_t)count, NULL, 0, &nk);
         Py_END_ALLOW_THREADS
     } else {
-        ok = walk_core(d, pos, end, (int64_t)count, NULL, &nk);
+        ok = walk_core(d, pos, end, (int64_t)count, NULL, 0, &nk);
     }
     if (!ok) {
         PyBuffer_Release(&view);
@@ -149,7 +150,12 @@ static PyObject *walk(PyObject *self, PyObject *args)
         return PyErr_NoMemory();
     }
     Py_ssize_t nk2 = 0;
-    walk_core(d, pos, end, (int64_t)count, idx, &nk2);
+    if (!walk_core(d, pos, end, (int64_t)count, idx, nk, &nk2) || nk2 != nk) {
+        /* the buffer changed between the passes: let the Python walk decide */
+        PyMem_Free(idx);
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
     PyBuffer_Release(&view);
     PyObject *out = PyList_New(nk);
     if (out == NULL) {
