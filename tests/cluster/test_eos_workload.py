@@ -18,6 +18,9 @@ full ISR again and the copiers have committed more since:
   prepared transaction before its markers; the kill follows the broker's log line for it);
 - hard bounces of the copiers: kill -9 a copier, start a new one with the same transactional.id
   (its InitProducerId fences the old one and aborts what it left open).
+A copier that exits by itself (a fatal client error, or its watchdog: librdkafka 2.16's
+send_offsets_to_transaction can hang past its timeout once the group coordinator's broker went away,
+confluentinc/librdkafka#5511) is started again with the same transactional.id and counted.
 The copy then finishes unthrottled. Result, as Kafka's test demands: the output read with
 read_committed is exactly the input, no duplicate and no loss, and so is what the concurrent
 consumer saw (an aborted record would show up as a duplicate: every input value is committed once).

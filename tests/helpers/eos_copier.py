@@ -28,14 +28,23 @@ Prints one line per transaction: ``committed <n> total <t>`` / ``aborted <n> <wh
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import random
 import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 TIMEOUT = 60.0
+# librdkafka 2.16's send_offsets_to_transaction can block past its timeout when the group
+# coordinator's broker went away (confluentinc/librdkafka#5511, #5456: the coordinator request
+# waits for a state change of a broker it no longer watches). A call blocked this long ends the
+# process; the test starts a new instance, whose InitProducerId aborts what was left open.
+WATCHDOG_S = 100.0
 ABORT_TRIES = 3  # then exit: a fresh instance's InitProducerId aborts what is left open
 
 
@@ -49,6 +58,8 @@ class Copier:
         self.total = 0
         self.txn_no = 0
         self.last_idle_report = 0.0
+        self.blocked: tuple[str, float] | None = None  # (client call, since) for the watchdog
+        threading.Thread(target=self._watchdog, daemon=True).start()
         conf = {
             "bootstrap.servers": args.bootstrap,
             "group.id": args.group,
@@ -76,6 +87,23 @@ class Copier:
             "debug": "eos",
         })
 
+    @contextlib.contextmanager
+    def _watch(self, call: str) -> Iterator[None]:
+        self.blocked = (call, time.monotonic())
+        try:
+            yield
+        finally:
+            self.blocked = None
+
+    def _watchdog(self) -> None:
+        while True:
+            time.sleep(1)
+            blocked = self.blocked
+            if blocked is not None and time.monotonic() - blocked[1] > WATCHDOG_S:
+                print(f"watchdog: {blocked[0]} blocked for more than {WATCHDOG_S:.0f} s "
+                      "(librdkafka#5511); exiting", file=sys.stderr, flush=True)
+                os._exit(3)
+
     # -- group callbacks: a transaction never spans a rebalance ---------------------------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.rebalanced = True
@@ -87,7 +115,8 @@ class Copier:
 
     def run(self) -> int:
         a = self.args
-        self.producer.init_transactions(TIMEOUT)
+        with self._watch("init_transactions"):
+            self.producer.init_transactions(TIMEOUT)
         if a.partition is None:
             self.consumer.subscribe([a.input], on_assign=self._on_assign, on_revoke=self._on_revoke)
         else:
@@ -180,16 +209,19 @@ class Copier:
                     p.poll(0.05)
             next_offsets[m.partition()] = m.offset() + 1
         offsets = [TopicPartition(a.input, q, o) for q, o in sorted(next_offsets.items())]
-        p.send_offsets_to_transaction(offsets, self.metadata, TIMEOUT)
+        with self._watch("send_offsets_to_transaction"):
+            p.send_offsets_to_transaction(offsets, self.metadata, TIMEOUT)
         if self.rng.random() < a.abort_rate:
-            p.abort_transaction(TIMEOUT)
+            with self._watch("abort_transaction"):
+                p.abort_transaction(TIMEOUT)
             print(f"aborted {len(records)} random", flush=True)
             self._rewind()
             return
         deadline = time.monotonic() + TIMEOUT
         while True:
             try:
-                p.commit_transaction(TIMEOUT)
+                with self._watch("commit_transaction"):
+                    p.commit_transaction(TIMEOUT)
                 break
             except KafkaException as e:
                 if not e.args[0].retriable() or time.monotonic() > deadline:
@@ -200,7 +232,8 @@ class Copier:
     def _abort(self) -> None:
         for _ in range(ABORT_TRIES):
             try:
-                self.producer.abort_transaction(TIMEOUT)
+                with self._watch("abort_transaction"):
+                    self.producer.abort_transaction(TIMEOUT)
                 return
             except KafkaException as e:
                 err = e.args[0]
@@ -215,7 +248,8 @@ class Copier:
     def _committed(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         # read_committed makes librdkafka ask with require_stable: a pending transactional offset
         # commit (another copier's, or ours being completed) is waited for, not read as absent.
-        out = self.consumer.committed(partitions, timeout=TIMEOUT)
+        with self._watch("committed"):
+            out = self.consumer.committed(partitions, timeout=TIMEOUT)
         return [TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
                 for tp in out]
 
