@@ -115,6 +115,7 @@ static int walk_core(const uint8_t *d, Py_ssize_t pos, Py_ssize_t end, int64_t c
 
 static PyObject *walk(PyObject *self, PyObject *args)
 {
+    (void)self;
     Py_buffer view;
     Py_ssize_t pos, end;
     long long count;
@@ -182,8 +183,11 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "storage._recwalk", "Compiled v2 record walk (see storage.record_validation).",
-    -1, methods,
+    PyModuleDef_HEAD_INIT,
+    .m_name = "storage._recwalk",
+    .m_doc = "Compiled v2 record walk (see storage.record_validation).",
+    .m_size = -1,
+    .m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__recwalk(void)

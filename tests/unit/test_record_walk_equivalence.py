@@ -188,3 +188,13 @@ def test_env_switch_forces_the_python_walk():
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True,
                          timeout=120)
     assert out.stdout.strip() == "True", out.stderr
+
+
+@compiled
+def test_large_section_walked_without_the_gil_reports_keyless_records():
+    """From 64 KiB on the compiled walk releases the GIL; the keyless indexes come from a second pass."""
+    n = 800
+    section = b"".join(FB.record(i, None if i % 3 else b"k", b"v" * 100) for i in range(n))
+    assert len(section) >= 64 * 1024
+    assert _recwalk.walk(section, 0, len(section), n, True) == [i for i in range(n) if i % 3]
+    _same_walk(section, n)
