@@ -18,7 +18,7 @@ that setup.py builds when a C compiler is present) walks the request's buffer in
 faster than Python, and only says valid (with the keyless records) or invalid; on invalid the
 Python walk below runs to raise Kafka's exact error, so verdicts and messages are the Python
 walk's by construction (tests/unit/test_record_walk_equivalence.py runs both over a corpus).
-Without the extension (no compiler at install, or KBROKER_PURE_PYTHON_WALK=1) the Python walk does
+Without the extension (no compiler at install, or KBROKERTEST_PURE_PYTHON_WALK=1) the Python walk does
 everything: over a bytes copy of an uncompressed records section (indexing bytes is faster than
 indexing the request's memoryview), building no Python object per record (a tight loop over
 integer indices, 1- and 2-byte varints inlined).
@@ -48,7 +48,7 @@ try:  # the optional compiled walk (see the module docstring)
     from storage import _recwalk
 except ImportError:
     _recwalk = None
-if os.environ.get("KBROKER_PURE_PYTHON_WALK"):
+if os.environ.get("KBROKERTEST_PURE_PYTHON_WALK"):
     _recwalk = None
 
 CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD = 0, 1, 2, 3, 4

@@ -183,7 +183,7 @@ def test_bad_range_is_refused():
 @compiled
 def test_env_switch_forces_the_python_walk():
     code = "from storage import record_validation as RV; print(RV._recwalk is None)"
-    env = dict(os.environ, KBROKER_PURE_PYTHON_WALK="1")
+    env = dict(os.environ, KBROKERTEST_PURE_PYTHON_WALK="1")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True,
                          timeout=120)
