@@ -64,10 +64,11 @@ bench: install-test $(RDKAFKA_PERF)
 	$(PY) benchmarks/bench.py $(BENCH_ARGS)
 
 # librdkafka's rdkafka_performance (the C client of `make bench`), built once from Debian's librdkafka
-# source package against librdkafka-dev (gitignored benchmarks/build/). Without root and the packages the
-# build says what is missing and `make bench` runs without the C-client rows.
-$(RDKAFKA_PERF):
-	benchmarks/build_rdkafka_perf.sh $@ || echo "note: rdkafka_performance not built; make bench skips the C client"
+# source package (gitignored benchmarks/build/), linked against the librdkafka of the venv's confluent-kafka
+# wheel (librdkafka-dev's if the wheel has none). Without root and the packages the build says what is
+# missing and `make bench` runs without the C-client rows. Rebuilt when the script changes.
+$(RDKAFKA_PERF): benchmarks/build_rdkafka_perf.sh | install-test
+	benchmarks/build_rdkafka_perf.sh $@ $(PY) || echo "note: rdkafka_performance not built; make bench skips the C client"
 
 # Runs the `uppercase` job against the broker on 127.0.0.1:9092 (or a temporary one) and says what it did.
 spark-demo: install-test

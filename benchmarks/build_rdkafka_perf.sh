@@ -1,9 +1,13 @@
 #!/bin/sh
 # Build librdkafka's examples/rdkafka_performance (the C client of `make bench`) from Debian's
-# librdkafka source package, linked against the system's librdkafka-dev, so that the C-client
-# figures use the same librdkafka as the distribution (its version goes into the report).
+# librdkafka source package. It is linked against the librdkafka that the venv's confluent-kafka wheel
+# bundles when PYTHON (second argument) names an interpreter that has one, so the C client and the
+# Python workloads run the same librdkafka (2.x; rpath set, the example only uses the stable public
+# API). Otherwise it links against the system's librdkafka-dev: Debian 12's 2.0.2 cannot parse Tansu
+# 0.6's ApiVersions v3 response, so the Tansu column of the C-client rows then fails. The version used
+# goes into the report either way.
 #
-#   benchmarks/build_rdkafka_perf.sh benchmarks/build/rdkafka_performance
+#   benchmarks/build_rdkafka_perf.sh benchmarks/build/rdkafka_performance [PYTHON]
 #
 # Needs root the first time when librdkafka-dev or the deb-src entries are missing: it then adds
 # /etc/apt/sources.list.d/kbroker-deb-src.sources (deb-src for the Debian release this machine runs,
@@ -12,6 +16,7 @@
 # make only calls this when the binary is missing.
 set -eu
 out=${1:-benchmarks/build/rdkafka_performance}
+python=${2:-}
 build=$(dirname "$out")
 src=$build/src
 mkdir -p "$src"
@@ -56,5 +61,24 @@ tree=$(ls -d "$src"/librdkafka-*/ | head -1)
 if [ ! -f "$tree/config.h" ]; then
   (cd "$tree" && ./configure --disable-ssl --disable-gssapi --disable-zstd --disable-curl --disable-sasl >/dev/null)
 fi
-cc -O2 -o "$out" "$tree/examples/rdkafka_performance.c" -I/usr/include/librdkafka -I"$tree/src" -lrdkafka -lpthread -lm
-echo "built $out from $tree against librdkafka-dev $(dpkg-query -W -f='${Version}' librdkafka-dev)"
+# The wheel's library: confluent_kafka.libs/librdkafka-<hash>.so.1 beside the package (auditwheel layout).
+wheel_lib=
+if [ -n "$python" ]; then
+  wheel_lib=$("$python" - <<'PY' 2>/dev/null || true
+import glob, os
+import confluent_kafka
+libs = os.path.join(os.path.dirname(os.path.dirname(confluent_kafka.__file__)), "confluent_kafka.libs")
+found = sorted(glob.glob(os.path.join(libs, "librdkafka*.so*")))
+print(found[0] if found else "")
+PY
+)
+fi
+if [ -n "$wheel_lib" ]; then
+  dir=$(dirname "$wheel_lib")
+  cc -O2 -o "$out" "$tree/examples/rdkafka_performance.c" -I/usr/include/librdkafka -I"$tree/src" \
+     -L"$dir" -l:"$(basename "$wheel_lib")" -Wl,-rpath,"$dir" -lpthread -lm
+  echo "built $out from $tree against the confluent-kafka wheel's $wheel_lib"
+else
+  cc -O2 -o "$out" "$tree/examples/rdkafka_performance.c" -I/usr/include/librdkafka -I"$tree/src" -lrdkafka -lpthread -lm
+  echo "built $out from $tree against librdkafka-dev $(dpkg-query -W -f='${Version}' librdkafka-dev)"
+fi

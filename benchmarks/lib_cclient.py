@@ -1,15 +1,17 @@
 """The C-client workload: librdkafka's own ``rdkafka_performance`` tool, produce then consume.
 
 Numbers from the confluent-kafka workloads include the Python loop that drives the client; this
-one does not. ``make bench`` builds the tool once from Debian's librdkafka source package against
-``librdkafka-dev`` (benchmarks/build_rdkafka_perf.sh, binary in the gitignored benchmarks/build/).
+one does not. ``make bench`` builds the tool once from Debian's librdkafka source package, linked
+against the librdkafka bundled in the venv's confluent-kafka wheel (the Python workloads' own library;
+``librdkafka-dev``'s when there is none): benchmarks/build_rdkafka_perf.sh, binary in the gitignored
+benchmarks/build/.
 Settings, the same for every broker: 1 KiB values, acks=all (``-a -1``), 4 partitions (librdkafka's
 default partitioner spreads keyless records), linger.ms=5, batch.size=1 MiB, no compression; the
 consumer reads all 4 partitions from the beginning (``-C -p 0..3 -o beginning -c N``).
 
-Known limit: Debian 12 ships librdkafka 2.0.2, which fails to parse Tansu 0.6's ApiVersions v3 response
-("Read underflow"), so against Tansu the phase fails and the report shows it under Failures; kbroker
-and the null broker work. A newer librdkafka source package (e.g. Debian 13's 2.8) does not have it.
+Known limit of the fallback: Debian 12's librdkafka 2.0.2 fails to parse Tansu 0.6's ApiVersions v3
+response ("Read underflow"), so linked against it the phase fails against Tansu and the report shows it
+under Failures; the wheel's newer librdkafka does not have the problem.
 
 Figures come from the tool's own summary line (its clock starts at the first produce / first
 consumed message); MB = 10^6 bytes of values, as in the other workloads. The tool is a separate
@@ -57,9 +59,24 @@ def available() -> bool:
     return BINARY.is_file()
 
 
+def _linked_library() -> str | None:
+    """Path of the librdkafka the tool loads (ldd resolves the wheel's rpath), else the system's."""
+    try:
+        out = subprocess.run(["ldd", str(BINARY)], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    for line in out.splitlines():
+        if "librdkafka" in line and "=>" in line:
+            path = line.split("=>", 1)[1].split("(")[0].strip()
+            if path and path != "not found":
+                return path
+    return ctypes.util.find_library("rdkafka")
+
+
 def library_version() -> str | None:
-    """Version of the librdkafka shared library the tool is linked with (the system's one)."""
-    name = ctypes.util.find_library("rdkafka")
+    """Version of the librdkafka shared library the tool is linked with (the confluent-kafka wheel's
+    when build_rdkafka_perf.sh found one, else the system's)."""
+    name = _linked_library()
     if not name:
         return None
     try:
@@ -97,7 +114,7 @@ def _run_metered(cmd: list[str], broker_pid: int | None, timeout: float) -> tupl
 # sticky window) that librdkafka's sticky partitioner would put a whole quick run on one partition;
 # 0 spreads keyless records over all 4 (per record, at random) as the workload intends.
 # message.timeout.ms=60000 (default 300 s): a broker this librdkafka cannot talk to fails the phase in a
-# minute rather than five (Debian 12's librdkafka 2.0.2 cannot parse Tansu 0.6's ApiVersions v3 response).
+# minute rather than five (as the fallback librdkafka 2.0.2 against Tansu 0.6 would).
 COMMON = ["-X", "message.timeout.ms=60000", "-X", "sticky.partitioning.linger.ms=0", "-X", "linger.ms=5", "-X", "batch.size=1048576", "-X", "queue.buffering.max.kbytes=2097152",
           "-X", "queue.buffering.max.messages=2000000"]
 

@@ -83,6 +83,15 @@ def test_rdkafka_performance_runs_against_the_null_broker(null_broker) -> None:
     assert out["c_produce"]["mb_per_s"] > 0 and out["c_consume"]["mb_per_s"] > 0
 
 
+@pytest.mark.skipif(not lib_cclient.available(), reason="rdkafka_performance not built (make bench builds it)")
+def test_rdkafka_performance_uses_the_python_clients_librdkafka() -> None:
+    # Built against the wheel's library (not Debian 12's 2.0.2, which cannot talk to Tansu 0.6), and the
+    # report names that version.
+    import confluent_kafka
+
+    assert lib_cclient.library_version() == confluent_kafka.libversion()[0]
+
+
 def test_summary_lines_parse() -> None:
     text = ("% 1000 messages produced (1024000 bytes), 500 delivered (offset 10, 0 failed) in 900ms: 555 msgs/s "
             "and 0.57 MB/s, 0 produce failures, 500 in queue, none compression\n"
