@@ -10,10 +10,15 @@ with Trigger.AvailableNow and maxOffsetsPerTrigger=M, once per sink mode: ``exac
 transactions with commit markers, the default), ``2pc`` (``exactlyOnce.mode=2pc``: prepared task
 transactions the driver commits together, behind a gate; the broker runs with
 transaction.two.phase.commit.enable=true) and ``at-least-once`` (``kbroker.sink.exactlyOnce=false``,
-idempotent producer) to show what the transactions cost. Reported per mode: steady-state rate = rows / trigger-execution time summed over every batch but
+idempotent producer) to show what the transactions cost. Ceiling modes time the same query shape
+with one side or both replaced by the no-op data source of spark_jobs/noop.py (rows generated in
+memory; batches dropped): ``noop-to-sink`` (no-op source -> exactly-once kbroker sink),
+``source-to-noop`` (kbroker source -> no-op sink) and ``noop-to-noop`` (the Python Data Source API's
+own ceiling on this machine); ``--modes ceiling`` is short for the three. Reported per mode: steady-state rate = rows / trigger-execution time summed over every batch but
 the first, and end-to-end rate = N / wall time of the query (a small warm-up query runs before both,
 so neither pays for Python worker start-up).
-Every run checks with a read_committed consumer that the output holds exactly N records.
+Every run checks that the query saw N rows and, for the kbroker sink, with a read_committed consumer
+that the output holds exactly N records.
 Appends one row per mode to benchmarks/results/spark_bench.md.
 """
 
@@ -46,7 +51,9 @@ Trigger.AvailableNow and maxOffsetsPerTrigger = M on `local[2]`. *steady rec/s* 
 trigger-execution time of all batches but the first; *end-to-end rec/s* = N / query wall time (query
 start to termination, after a small warm-up query; SparkSession start-up excluded). `exactly-once` = transactional sink with
 commit markers (the default); `exactly-once-2pc` = `exactlyOnce.mode=2pc` (batch-atomic); `at-least-once` =
-`kbroker.sink.exactlyOnce=false`. One row per run,
+`kbroker.sink.exactlyOnce=false`. Ceiling rows: `noop-to-sink` = a no-op Python data source (rows
+generated in memory, spark_jobs/noop.py) -> the exactly-once sink; `source-to-noop` = the kbroker source
+-> a no-op sink; `noop-to-noop` = the Python Data Source API's own ceiling. One row per run,
 newest last; the load average shows how busy the machine was.
 
 | date (UTC) | commit | host | load avg | records × size | per batch | sink | batches | steady rec/s | end-to-end rec/s |
@@ -80,17 +87,26 @@ MODES = {
     "at-least-once": {"kbroker.sink.exactlyOnce": "false"},
 }
 LABELS = {"2pc": "exactly-once-2pc"}
+# Ceiling modes: (source format, sink format, sink options); "kbroker-noop" is spark_jobs/noop.py.
+CEILING = {
+    "noop-to-sink": ("kbroker-noop", "kbroker", MODES["exactly-once"]),
+    "source-to-noop": ("kbroker", "kbroker-noop", {}),
+    "noop-to-noop": ("kbroker-noop", "kbroker-noop", {}),
+}
+ALL_MODES = [*MODES, *CEILING]
 
 
 def run_query(spark: Any, bootstrap: str, src: str, dst: str, checkpoint: str, per_batch: int,
-              sink_options: dict[str, str]) -> dict[str, Any]:
+              sink_options: dict[str, str], *, source: str = "kbroker", sink: str = "kbroker",
+              noop_rows: int = 0, size: int = 100) -> dict[str, Any]:
     from spark_jobs.uppercase import transform
 
-    df = (spark.readStream.format("kbroker").option("kafka.bootstrap.servers", bootstrap)
+    df = (spark.readStream.format(source).option("kafka.bootstrap.servers", bootstrap)
           .option("subscribe", src).option("startingOffsets", "earliest")
+          .option("rows", str(noop_rows)).option("size", str(size))
           .option("maxOffsetsPerTrigger", str(per_batch)).load())
     started = time.monotonic()
-    w = (transform(df).writeStream.format("kbroker").option("kafka.bootstrap.servers", bootstrap)
+    w = (transform(df).writeStream.format(sink).option("kafka.bootstrap.servers", bootstrap)
          .option("topic", dst).option("checkpointLocation", checkpoint).trigger(availableNow=True))
     for key, value in sink_options.items():
         w = w.option(key, value)
@@ -98,6 +114,9 @@ def run_query(spark: Any, bootstrap: str, src: str, dst: str, checkpoint: str, p
     q.awaitTermination()
     wall = time.monotonic() - started
     progress = [p for p in q.recentProgress if p["numInputRows"]]
+    if os.environ.get("SPARK_BENCH_VERBOSE"):
+        for p in progress:  # where each micro-batch's time went (latestOffset, addBatch, walCommit, ...)
+            print(f"  batch {p['batchId']}: {p['numInputRows']} rows {p['durationMs']}", flush=True)
     rows = sum(p["numInputRows"] for p in progress)
     steady = progress[1:] or progress
     steady_ms = sum(p["durationMs"]["triggerExecution"] for p in steady)
@@ -121,10 +140,11 @@ def main() -> None:
     ap.add_argument("--bootstrap", default=None)
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--modes", default="exactly-once,2pc,at-least-once",
-                    help=f"comma-separated sink modes to measure, of {', '.join(MODES)}")
+                    help=f"comma-separated modes to measure, of {', '.join(ALL_MODES)}, ceiling (= the 3 ceiling modes)")
     args = ap.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if unknown := [m for m in modes if m not in MODES]:
+    modes = [x for m in modes for x in (CEILING if m == "ceiling" else [m])]
+    if unknown := [m for m in modes if m not in ALL_MODES]:
         ap.error(f"unknown modes {unknown}")
 
     with tempfile.TemporaryDirectory(prefix="spark-bench-") as tmp:
@@ -143,6 +163,9 @@ def main() -> None:
             from spark_jobs.session import spark_session
 
             spark = spark_session("kbroker-spark-bench", master=args.master, log_level="ERROR")
+            from spark_jobs.noop import NoopDataSource
+
+            spark.dataSource.register(NoopDataSource)
             # Warm-up (JVM code paths, Python workers, commit-log topic creation path) on a small
             # topic, so the first measured mode does not pay for it.
             produce(bootstrap, f"{src}-warmup", 2000, args.size)
@@ -156,9 +179,17 @@ def main() -> None:
                         create_topic(bootstrap, topic)
                     run_query(spark, bootstrap, f"{src}-warmup", f"{src}-warmup-out-2pc",
                               str(Path(tmp) / "ck-warmup-2pc"), 1000, MODES["2pc"])
-                res = run_query(spark, bootstrap, src, dst, str(Path(tmp) / f"ck-{dst}"), args.max_per_batch,
-                                MODES[name])
-                n_out = count_committed(bootstrap, dst)
+                if name in CEILING:
+                    source, sink, options = CEILING[name]
+                    res = run_query(spark, bootstrap, src, dst, str(Path(tmp) / f"ck-{dst}"), args.max_per_batch,
+                                    options, source=source, sink=sink, noop_rows=args.records, size=args.size)
+                else:
+                    sink = "kbroker"
+                    res = run_query(spark, bootstrap, src, dst, str(Path(tmp) / f"ck-{dst}"), args.max_per_batch,
+                                    MODES[name])
+                if res["rows"] != args.records:
+                    raise SystemExit(f"{name}: the query read {res['rows']} rows, expected {args.records}")
+                n_out = count_committed(bootstrap, dst) if sink == "kbroker" else args.records
                 if n_out != args.records:
                     raise SystemExit(f"{dst}: expected {args.records} output records, found {n_out}")
                 mode = LABELS.get(name, name)
