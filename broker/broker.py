@@ -23,6 +23,7 @@ from broker.admin_limits import MAX_PARTITIONS_CONFIG, check_broker_partitions
 from broker.config import BrokerConfig, log_config_properties
 from broker.config.listeners import unimplemented_listeners
 from broker.coordinator_bridge import LocalPartitionAccess
+from broker.fetch_sessions import FetchSessionCache
 from broker.handlers import load_handlers
 from broker.inter_broker import InterBrokerClients
 from broker.metadata import INTERNAL_TOPICS, BrokerInfo, LocalMetadataStore, MetadataStore, TopicInfo
@@ -52,6 +53,8 @@ class Broker:
         self.metadata: MetadataStore
         self.log_manager: LogManager
         self.replica_manager = ReplicaManager(self)
+        # Followers' incremental fetch sessions (KIP-227), served by the Fetch handler.
+        self.fetch_sessions = FetchSessionCache(int(config.get("max.incremental.fetch.session.cache.slots")))
         self.inter_broker = InterBrokerClients(self)  # cluster mode: markers, KIP-890 verification
         self.server = KafkaServer(self)
         self.producer_ids: ProducerIdManager

@@ -25,9 +25,11 @@ ACLs (as KafkaApis): a consumer needs READ on each topic, a follower (replica id
 CLUSTER_ACTION on the cluster; denied partitions answer TOPIC_AUTHORIZATION_FAILED and the others
 are served.
 
-Fetch sessions (KIP-227): kbroker does not create sessions. A full fetch (session id 0) is
-answered with session id 0, which tells the client that no session was created, so it keeps
-sending full requests; an incremental fetch naming a session gets FETCH_SESSION_ID_NOT_FOUND.
+Fetch sessions (KIP-227, broker/fetch_sessions.py): created for followers only. A follower's
+full fetch with epoch 0 opens a session; its incremental fetches name only what changed and get
+only the partitions with news. A consumer's full fetch is answered with session id 0 ("no session
+was created"), so it keeps sending full requests (deviation: Kafka gives consumers sessions too).
+Unknown session: FETCH_SESSION_ID_NOT_FOUND; wrong epoch: INVALID_FETCH_SESSION_EPOCH.
 
 The response is encoded by protocol.fast_codecs, which passes the segment bytes through as
 separate chunks of the socket write instead of copying them into one buffer. Ranges of 64 KiB and
@@ -44,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.client_throttle import fetch_replica_id, max_fetch_bytes
+from broker.fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, CachedPartition, FetchSession, next_epoch
 from broker.handlers import AclOperation, RawResponse, RequestContext, ResourceType, api
 from broker.replica_manager import Partition
 from broker.replication.truncation import diverging_epoch
@@ -80,31 +83,104 @@ class _Result:
 
 def _resolve(ctx: RequestContext, request) -> list[_Item]:
     md = ctx.broker.metadata
-    rm = ctx.broker.replica_manager
     use_ids = ctx.api_version >= 13
     may_read = _may_read(ctx, request)
     items = []
     for t in request.topics:
-        if use_ids:
-            info = md.get_topic_by_id(t.topic_id)
-            name = info.name if info else None
-            missing = ErrorCode.UNKNOWN_TOPIC_ID
-        else:
-            name = t.topic
-            missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        denied = name is not None and not may_read(name)
+        name = _topic_name(md, t, use_ids)
         for p in t.partitions:
-            part, code = (rm.get_leader(name, p.partition) if name is not None and not denied else
-                          (None, ErrorCode.TOPIC_AUTHORIZATION_FAILED if denied else missing))
-            item = _Item(name, getattr(t, "topic_id", None), p.partition, p.fetch_offset, p.partition_max_bytes,
-                         p.current_leader_epoch, part, last_fetched_epoch=getattr(p, "last_fetched_epoch", -1))
-            if part is None:
-                item.error = missing if name is None else code
-            elif p.current_leader_epoch >= 0 and p.current_leader_epoch != part.leader_epoch:
-                item.error = (ErrorCode.FENCED_LEADER_EPOCH if p.current_leader_epoch < part.leader_epoch
-                              else ErrorCode.UNKNOWN_LEADER_EPOCH)
-            items.append(item)
+            items.append(_item(ctx, may_read, use_ids, name, getattr(t, "topic_id", None), p.partition,
+                               p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch,
+                               getattr(p, "last_fetched_epoch", -1)))
     return items
+
+
+def _topic_name(md, t, use_ids: bool) -> str | None:
+    if use_ids:
+        info = md.get_topic_by_id(t.topic_id)
+        return info.name if info else None
+    return t.topic
+
+
+def _item(ctx: RequestContext, may_read: Callable[[str], bool], use_ids: bool, name: str | None, topic_id: object,
+          index: int, fetch_offset: int, max_bytes: int, leader_epoch: int, last_fetched_epoch: int) -> _Item:
+    missing = ErrorCode.UNKNOWN_TOPIC_ID if use_ids else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    denied = name is not None and not may_read(name)
+    part, code = (ctx.broker.replica_manager.get_leader(name, index) if name is not None and not denied else
+                  (None, ErrorCode.TOPIC_AUTHORIZATION_FAILED if denied else missing))
+    item = _Item(name, topic_id, index, fetch_offset, max_bytes, leader_epoch, part,
+                 last_fetched_epoch=last_fetched_epoch)
+    if part is None:
+        item.error = missing if name is None else code
+    elif leader_epoch >= 0 and leader_epoch != part.leader_epoch:
+        item.error = (ErrorCode.FENCED_LEADER_EPOCH if leader_epoch < part.leader_epoch
+                      else ErrorCode.UNKNOWN_LEADER_EPOCH)
+    return item
+
+
+def _open_session(ctx: RequestContext, request, replica: int) -> tuple[FetchSession | None, bool, ErrorCode]:
+    """(session, incremental, error) for a v7+ fetch, as Kafka's FetchManager.newContext."""
+    sid, epoch = request.session_id, request.session_epoch
+    cache = ctx.broker.fetch_sessions
+    if epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full fetch
+        if sid != 0:
+            cache.remove(sid)
+        if epoch == INITIAL_EPOCH and replica >= 0:
+            return cache.create(replica), False, ErrorCode.NONE
+        return None, False, ErrorCode.NONE
+    if sid == 0:
+        return None, False, ErrorCode.INVALID_FETCH_SESSION_EPOCH
+    session = cache.get(sid)
+    if session is None or session.replica != replica:
+        return None, False, ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    if session.epoch != epoch:
+        return None, False, ErrorCode.INVALID_FETCH_SESSION_EPOCH
+    return session, True, ErrorCode.NONE
+
+
+def _update_session(ctx: RequestContext, request, session: FetchSession) -> None:
+    """Apply a request's partitions (added or changed) and forgotten partitions to its session."""
+    md = ctx.broker.metadata
+    use_ids = ctx.api_version >= 13
+    for f in request.forgotten_topics_data or ():
+        name = _topic_name(md, f, use_ids)
+        for index in f.partitions:
+            session.partitions.pop((name, index), None)
+    for t in request.topics:
+        name = _topic_name(md, t, use_ids)
+        if name is None:
+            continue  # answered UNKNOWN_TOPIC_ID by _session_items' extra list, never cached
+        for p in t.partitions:
+            session.update((name, p.partition), CachedPartition(
+                name, getattr(t, "topic_id", None), p.partition, p.fetch_offset, p.partition_max_bytes,
+                p.current_leader_epoch, getattr(p, "last_fetched_epoch", -1)))
+
+
+def _session_items(ctx: RequestContext, request, session: FetchSession) -> list[_Item]:
+    """Every partition of the session (in its order), as the items to read."""
+    may_read = _may_read(ctx, request)
+    use_ids = ctx.api_version >= 13
+    return [_item(ctx, may_read, use_ids, cp.topic, cp.topic_id, cp.index, cp.fetch_offset, cp.max_bytes,
+                  cp.leader_epoch, cp.last_fetched_epoch) for cp in session.partitions.values()]
+
+
+def _session_response(session: FetchSession, items: list[_Item], results: list[_Result],
+                      incremental: bool) -> tuple[list[_Item], list[_Result]]:
+    """The partitions to answer with (all of them in a full fetch), updating the cached figures;
+    partitions that returned records move to the end of the session's order."""
+    keep_items, keep_results, served = [], [], []
+    for it, r in zip(items, results, strict=True):
+        cp = session.partitions.get((it.topic, it.index))
+        size = len(r.records)
+        respond = True if cp is None else cp.must_respond(r.error, size, r.diverging is not None, r.hw, r.log_start)
+        if respond or not incremental:
+            keep_items.append(it)
+            keep_results.append(r)
+        if size:
+            served.append((it.topic, it.index))
+    for key in served:
+        session.move_to_end(key)
+    return keep_items, keep_results
 
 
 def _may_read(ctx: RequestContext, request) -> Callable[[str], bool]:
@@ -162,13 +238,26 @@ def _read(items: list[_Item], max_bytes: int, isolation: int, *,
 @api(1, 4, 17)
 async def handle_fetch(ctx: RequestContext, request) -> RawResponse:
     v = ctx.api_version
-    if v >= 7 and request.session_id != 0:
-        return RawResponse(encode_fetch_response(v, ErrorCode.FETCH_SESSION_ID_NOT_FOUND, 0, []))
-    items = _resolve(ctx, request)
-    isolation = request.isolation_level
-    max_bytes = max_fetch_bytes(ctx.broker.server.quotas, request, ctx.principal, ctx.client_id)
     replica = fetch_replica_id(request)
     follower = replica >= 0
+    session, incremental = None, False
+    if v >= 7:
+        session, incremental, code = _open_session(ctx, request, replica)
+        if code:
+            return RawResponse(encode_fetch_response(v, code, 0, []))
+    if session is not None:
+        _update_session(ctx, request, session)
+
+    def resolve() -> list[_Item]:
+        if session is None:
+            return _resolve(ctx, request)
+        # Partitions whose topic id is unknown are answered (with the error) but never cached.
+        extra = [it for it in _resolve(ctx, request) if it.topic is None] if v >= 13 else []
+        return _session_items(ctx, request, session) + extra
+
+    items = resolve()
+    isolation = request.isolation_level
+    max_bytes = max_fetch_bytes(ctx.broker.server.quotas, request, ctx.principal, ctx.client_id)
     if follower:
         _record_follower_fetch(ctx, items, replica)
     results, total, errors = _read(items, max_bytes, isolation, follower=follower)
@@ -193,12 +282,17 @@ async def handle_fetch(ctx: RequestContext, request) -> RawResponse:
             finally:
                 for p in parts:
                     p.remove_waiter(fut)
-            items = _resolve(ctx, request)
+            items = resolve()
             results, total, errors = _read(items, max_bytes, isolation, follower=follower)
             if errors or (hws is not None and hws != [p.high_watermark for p in parts]):
                 break
     _count_bytes_out(ctx, request, items, results)
-    return _build_response(ctx, v, items, results)
+    if session is None:
+        return _build_response(ctx, v, items, results, 0)
+    items, results = _session_response(session, items, results, incremental)
+    if incremental:
+        session.epoch = next_epoch(session.epoch)
+    return _build_response(ctx, v, items, results, session.id)
 
 
 def _record_follower_fetch(ctx: RequestContext, items: list[_Item], replica: int) -> None:
@@ -230,7 +324,8 @@ def _count_bytes_out(ctx: RequestContext, request, items: list[_Item], results: 
 _LEADER_MOVED = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
 
 
-def _build_response(ctx: RequestContext, v: int, items: list[_Item], results: list[_Result]) -> RawResponse:
+def _build_response(ctx: RequestContext, v: int, items: list[_Item], results: list[_Result],
+                    session_id: int) -> RawResponse:
     topics: list[tuple[str | None, object, list[FetchPartitionOut]]] = []
     md = ctx.broker.metadata
     leaders: set[int] = set()
@@ -249,4 +344,4 @@ def _build_response(ctx: RequestContext, v: int, items: list[_Item], results: li
     endpoints = None
     if leaders and v >= 16:
         endpoints = [(node, host, port, rack) for node, host, port, rack in ctx.broker_addresses() if node in leaders]
-    return RawResponse(encode_fetch_response(v, 0, 0, topics, node_endpoints=endpoints))
+    return RawResponse(encode_fetch_response(v, 0, session_id, topics, node_endpoints=endpoints))

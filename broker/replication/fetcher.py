@@ -20,6 +20,14 @@ leader epoch, the log end offset as fetch offset and the latest local epoch as l
 
 The connection uses the inter-broker listener's security protocol (TLS, SASL: see
 broker/inter_broker_security.py).
+
+Fetch sessions (KIP-227, Kafka's FetchSessionHandler): the first fetch is full with epoch 0 and
+asks the leader for a session; once it has one, each fetch names only the partitions whose fetch
+state (fetch offset, log start, leader epoch, last fetched epoch, max bytes) changed since the
+last answered fetch, and lists the partitions no longer fetched (moved, deleted, or backing off)
+as forgotten; the leader answers only with partitions that have news (broker/fetch_sessions.py).
+A session error (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH: the leader restarted or
+evicted it) or a failed fetch starts over with a full fetch that also closes the old session.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from typing import TYPE_CHECKING
 from kafka.protocol.consumer import FetchRequest
 
 from broker import inter_broker_security
+from broker.fetch_sessions import INITIAL_EPOCH, next_epoch
 from broker.replication.truncation import truncation_offset
 from protocol.client import ProtocolClient
 from protocol.errors import ErrorCode
@@ -47,6 +56,7 @@ FETCH_VERSION = 12
 STOP_WAIT_S = 5.0
 _T = FetchRequest.FetchTopic
 _P = FetchRequest.FetchTopic.FetchPartition
+_F = FetchRequest.ForgottenTopic
 
 
 def fetcher_id(topic: str, partition: int, num_fetchers: int) -> int:
@@ -123,6 +133,13 @@ class ReplicaFetcher:
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._stopping = False
+        # The fetch session with the leader: id (0 = none), the epoch of the next request
+        # (INITIAL_EPOCH = send a full fetch that opens one), the fetch state the leader's session
+        # holds per partition, and what the request in flight will make it hold.
+        self._session_id = 0
+        self._session_epoch = INITIAL_EPOCH
+        self._session_state: dict[tuple[str, int], tuple[int, int, int, int, int]] = {}
+        self._pending_state: dict[tuple[str, int], tuple[int, int, int, int, int]] = {}
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{self.leader}-{self.key[1]}")
@@ -140,7 +157,15 @@ class ReplicaFetcher:
                 await asyncio.wait_for(asyncio.shield(self._task), STOP_WAIT_S)
         await self._close()
 
+    def _restart_session(self, keep_id: bool = True) -> None:
+        """Next fetch is full; with keep_id it also closes the old session on the leader."""
+        if not keep_id:
+            self._session_id = 0
+        self._session_epoch = INITIAL_EPOCH
+        self._session_state = {}
+
     async def _close(self) -> None:
+        self._restart_session()
         if self._client is not None:
             with contextlib.suppress(Exception):
                 await self._client.close()
@@ -193,6 +218,8 @@ class ReplicaFetcher:
                 await self._close()
                 await self._sleep_backoff()
                 continue
+            if not self._session_answered(response):
+                continue
             try:
                 await self._handle(response)
             except asyncio.CancelledError:
@@ -209,21 +236,58 @@ class ReplicaFetcher:
     def _build(self, parts: list[Partition]) -> FetchRequest:
         m = self.manager
         per_partition = m._setting("replica.fetch.max.bytes", 1048576)
-        by_topic: dict[str, list] = {}
+        state: dict[tuple[str, int], tuple[int, int, int, int, int]] = {}
         for p in parts:
             lg = p.log
-            by_topic.setdefault(p.topic, []).append(_P(
-                version=FETCH_VERSION, partition=p.index, current_leader_epoch=p.leader_epoch,
-                fetch_offset=lg.log_end_offset, last_fetched_epoch=lg.latest_epoch,
-                log_start_offset=lg.log_start_offset, partition_max_bytes=per_partition))
+            state[(p.topic, p.index)] = (lg.log_end_offset, lg.log_start_offset, p.leader_epoch, lg.latest_epoch,
+                                         per_partition)
+        full = self._session_epoch == INITIAL_EPOCH
+        sent = self._session_state
+        by_topic: dict[str, list] = {}
+        for (topic, index), st in state.items():
+            if full or sent.get((topic, index)) != st:
+                fetch_offset, log_start, leader_epoch, last_epoch, max_bytes = st
+                by_topic.setdefault(topic, []).append(_P(
+                    version=FETCH_VERSION, partition=index, current_leader_epoch=leader_epoch,
+                    fetch_offset=fetch_offset, last_fetched_epoch=last_epoch,
+                    log_start_offset=log_start, partition_max_bytes=max_bytes))
+        forgotten: dict[str, list[int]] = {}
+        if not full:
+            for topic, index in sent:
+                if (topic, index) not in state:
+                    forgotten.setdefault(topic, []).append(index)
+        self._pending_state = state
         return FetchRequest(
             version=FETCH_VERSION, replica_id=self.broker.node_id,
             max_wait_ms=m._setting("replica.fetch.wait.max.ms", 500),
             min_bytes=m._setting("replica.fetch.min.bytes", 1),
             max_bytes=m._setting("replica.fetch.response.max.bytes", 10485760),
-            isolation_level=0, session_id=0, session_epoch=-1,
+            isolation_level=0, session_id=self._session_id, session_epoch=self._session_epoch,
             topics=[_T(version=FETCH_VERSION, topic=t, partitions=ps) for t, ps in by_topic.items()],
-            forgotten_topics_data=[], rack_id="")
+            forgotten_topics_data=[_F(version=FETCH_VERSION, topic=t, partitions=ps) for t, ps in forgotten.items()],
+            rack_id="")
+
+    def _session_answered(self, response) -> bool:
+        """Advance the fetch session from a response; False when the session failed (the next
+        fetch is full again, at once: nothing in the response is usable)."""
+        code = response.error_code
+        if code in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH):
+            log.info("fetcher %s: broker %d answered %s for session %d epoch %d; starting a new session",
+                     self.key, self.leader, ErrorCode(code).name, self._session_id, self._session_epoch)
+            self._restart_session(keep_id=code == ErrorCode.INVALID_FETCH_SESSION_EPOCH)
+            return False
+        if code:
+            self._restart_session()
+            return True  # _handle logs it and backs off
+        if self._session_epoch == INITIAL_EPOCH:
+            self._session_id = response.session_id
+            # Session id 0: the leader made none; keep sending full fetches asking for one.
+            self._session_epoch = next_epoch(INITIAL_EPOCH) if self._session_id else INITIAL_EPOCH
+            self._session_state = self._pending_state if self._session_id else {}
+        else:
+            self._session_epoch = next_epoch(self._session_epoch)
+            self._session_state = self._pending_state
+        return True
 
     async def _handle(self, response) -> None:
         if response.error_code:

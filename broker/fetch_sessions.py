@@ -1,0 +1,125 @@
+"""Incremental fetch sessions (KIP-227), the leader's side: Kafka's FetchSession / FetchSessionCache.
+
+A follower that asks for a session (session id 0, epoch 0) gets one: the leader remembers the
+partitions it fetches and what it last told it of each (high watermark, log start offset), and
+answers with a session id. Later fetches (that id, the next epoch) name only the partitions whose
+fetch state changed, plus ``forgotten_topics_data`` for those to drop; the leader serves every
+partition of the session and answers only with those that have something new: records, an error,
+a diverging epoch, or a changed high watermark or log start offset (Kafka's
+CachedPartition.maybeUpdateResponseData). A partition that returned records moves to the end of
+the session's order, so a response bounded by max_bytes cannot starve the later ones. The wire
+and both sides' per-partition work then scale with what changed, not with every followed
+partition (a follower of the internal topics follows 100 and more).
+
+Errors as in Kafka's FetchManager.newContext: an unknown session id (or one created for another
+replica) answers FETCH_SESSION_ID_NOT_FOUND, an epoch other than the one expected
+INVALID_FETCH_SESSION_EPOCH; epoch -1 closes a session and fetches sessionless, epoch 0 with an id
+closes it and opens a new one.
+
+Deviations: sessions are created for follower fetches only (replica id >= 0); a consumer asking
+for one is answered with session id 0, which the protocol defines as "no session was created", so
+it keeps sending full fetches. The cache holds ``max.incremental.fetch.session.cache.slots``
+sessions (default 1000); when full, the least recently used one is evicted (Kafka prefers evicting
+sessions idle for ``min.incremental.fetch.session.eviction.ms`` and favours large ones).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+INITIAL_EPOCH = 0
+FINAL_EPOCH = -1
+
+
+def next_epoch(epoch: int) -> int:
+    """Kafka's FetchMetadata.nextEpoch: 1, 2, ... and back to 1 after Int.MaxValue."""
+    return 1 if epoch >= 2**31 - 1 else epoch + 1
+
+
+@dataclass(slots=True)
+class CachedPartition:
+    """What the session knows of one partition: the follower's fetch state, and what the last
+    response said (-1: nothing yet, so the next response includes it)."""
+
+    topic: str
+    topic_id: object
+    index: int
+    fetch_offset: int
+    max_bytes: int
+    leader_epoch: int
+    last_fetched_epoch: int
+    hw: int = -1
+    log_start: int = -1
+
+    def must_respond(self, error: int, records_size: int, diverging: bool, hw: int, log_start: int) -> bool:
+        """Kafka's maybeUpdateResponseData, updating the cached figures as the response is built."""
+        respond = records_size > 0 or diverging
+        if self.hw != hw:
+            respond = True
+            self.hw = hw
+        if self.log_start != log_start:
+            respond = True
+            self.log_start = log_start
+        if error:
+            # Re-sent once the error is gone: an invalid cached watermark differs from any real one.
+            self.hw = -1
+            respond = True
+        return respond
+
+
+@dataclass(slots=True)
+class FetchSession:
+    id: int
+    replica: int
+    epoch: int  # the epoch the next incremental request must carry
+    partitions: OrderedDict[tuple[str, int], CachedPartition] = field(default_factory=OrderedDict)
+
+    def update(self, key: tuple[str, int], cp: CachedPartition) -> None:
+        """Add a partition or refresh its fetch state (the cached response figures stay)."""
+        old = self.partitions.get(key)
+        if old is None:
+            self.partitions[key] = cp
+            return
+        old.fetch_offset, old.max_bytes = cp.fetch_offset, cp.max_bytes
+        old.leader_epoch, old.last_fetched_epoch = cp.leader_epoch, cp.last_fetched_epoch
+        old.topic_id = cp.topic_id
+
+    def move_to_end(self, key: tuple[str, int]) -> None:
+        if key in self.partitions:
+            self.partitions.move_to_end(key)
+
+
+class FetchSessionCache:
+    """Sessions by id, least recently used first. Loop-only state (one event loop per broker)."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = max(int(slots), 0)
+        self._sessions: OrderedDict[int, FetchSession] = OrderedDict()
+        self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def create(self, replica: int) -> FetchSession | None:
+        """A new session (epoch 1 expected next), or None when sessions are disabled (0 slots)."""
+        if self.slots <= 0:
+            return None
+        while len(self._sessions) >= self.slots:
+            self._sessions.popitem(last=False)
+            self.evictions += 1
+        sid = 0
+        while sid == 0 or sid in self._sessions:
+            sid = random.randint(1, 2**31 - 1)
+        session = self._sessions[sid] = FetchSession(sid, replica, next_epoch(INITIAL_EPOCH))
+        return session
+
+    def get(self, sid: int) -> FetchSession | None:
+        session = self._sessions.get(sid)
+        if session is not None:
+            self._sessions.move_to_end(sid)
+        return session
+
+    def remove(self, sid: int) -> None:
+        self._sessions.pop(sid, None)
