@@ -109,6 +109,11 @@ async def _delay_if(point: str) -> None:
         await asyncio.sleep(int(ms) / 1000)
 
 
+# How long AddPartitionsToTxn / AddOffsetsToTxn wait for a transaction still completing before
+# answering CONCURRENT_TRANSACTIONS (see TransactionCoordinator._validate_waiting).
+CONCURRENT_WAIT_S = 0.1
+
+
 class TransactionCoordinator:
     topic = TOPIC
 
@@ -137,6 +142,8 @@ class TransactionCoordinator:
         self._tasks: set[asyncio.Task[None]] = set()
         self._timers: list[asyncio.Task[None]] = []
         self._topic_ready = False
+        # Futures resolved at a transactional id's next state change (see _validate_waiting).
+        self._state_changed: dict[str, asyncio.Future[None]] = {}
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -266,11 +273,45 @@ class TransactionCoordinator:
             return _append_error(e)
         finally:
             md.pending = None
+            self._notify_state_change(md.transactional_id)
         for k, val in target.items():
             setattr(md, k, val)
         md.state = state
         md.last_update_ms = now
         return ErrorCode.NONE
+
+    def _notify_state_change(self, tid: str) -> None:
+        fut = self._state_changed.pop(tid, None)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    async def _validate_waiting(self, tid: str, pid: int, epoch: int) -> tuple[ErrorCode, TxnMetadata | None]:
+        """_validate, but a CONCURRENT_TRANSACTIONS (the previous transaction's markers and Complete
+        state still being written, or a transition in flight) is held for up to
+        CONCURRENT_WAIT_S while the state settles, then re-checked. In a cluster the markers and
+        the replicated Complete take a few ms, longer than a client waits before its next
+        AddPartitionsToTxn (librdkafka: about 1 ms), and the client's retry backoff (20 ms and
+        more) would otherwise be added to every back-to-back transaction. The answer is the one
+        the client's retry would get; a completion that does not settle in time is answered
+        CONCURRENT_TRANSACTIONS as before."""
+        err, md = self._validate(tid, pid, epoch)
+        if err != ErrorCode.CONCURRENT_TRANSACTIONS:
+            return err, md
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CONCURRENT_WAIT_S
+        while err == ErrorCode.CONCURRENT_TRANSACTIONS:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            fut = self._state_changed.get(tid)
+            if fut is None or fut.done():
+                fut = self._state_changed[tid] = loop.create_future()
+            try:
+                await asyncio.wait_for(asyncio.shield(fut), remaining)
+            except TimeoutError:
+                break
+            err, md = self._validate(tid, pid, epoch)
+        return err, md
 
     async def _write_tombstone(self, md: TxnMetadata) -> None:
         batch = state_batch(encode_key(md.transactional_id), None, _now_ms())
@@ -411,7 +452,7 @@ class TransactionCoordinator:
         """AddPartitionsToTxn / AddOffsetsToTxn (``txn_version`` 0), or the implicit add a
         partition leader asks for under TV2 (Produce v12, TxnOffsetCommit v5: ``txn_version`` 2,
         which the transaction then carries until it ends)."""
-        err, md = self._validate(tid, pid, epoch)
+        err, md = await self._validate_waiting(tid, pid, epoch)
         if md is None:
             return err
         wanted = set(partitions)

@@ -17,6 +17,11 @@
   whichever broker: AddPartitionsToTxn v5).
 - ListTransactions (66) v0-1, DescribeTransactions (65) v0, DescribeProducers (61) v0.
 
+Deviation (latency): an AddPartitionsToTxn / AddOffsetsToTxn that finds the previous transaction
+still completing (markers and the Complete state being written) is held up to 100 ms for it to
+settle before CONCURRENT_TRANSACTIONS is answered (Kafka answers at once and the client retries
+after its backoff, 20 ms or more, which in a cluster was added to every back-to-back transaction).
+
 PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH to versions older than KIP-588's
 (InitProducerId v4, AddPartitionsToTxn v2, AddOffsetsToTxn v2, EndTxn v2, TxnOffsetCommit v3).
 With ``transaction.version`` below 2 (UpdateFeatures / ``kbroker features downgrade``), EndTxn

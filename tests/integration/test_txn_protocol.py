@@ -475,6 +475,35 @@ async def test_init_producer_id_while_commit_completes(broker_factory):
     assert f"fault injection: delaying txn.before_markers by {MARKER_DELAY_MS} ms" in broker.log_text()
 
 
+@pytest.mark.parametrize(("marker_delay_ms", "expect"), [(30, E.NONE), (MARKER_DELAY_MS, E.CONCURRENT_TRANSACTIONS)])
+async def test_add_partitions_while_commit_completes_is_held_briefly(broker_factory, marker_delay_ms, expect):
+    """The next transaction's AddPartitionsToTxn, pipelined right behind EndTxn, arrives while the commit
+    is still completing. kbroker holds it for up to CONCURRENT_WAIT_S (100 ms) for the Complete state
+    instead of answering CONCURRENT_TRANSACTIONS at once (the client would retry after its backoff and
+    get the same answer): with markers delayed 30 ms it is answered NONE once the commit is complete,
+    and the new transaction holds only the new partition; with markers delayed 3 s it is answered
+    CONCURRENT_TRANSACTIONS, as before."""
+    broker = broker_factory(start=False)
+    broker.env = {"KBROKERTEST_DELAY_POINT": f"txn.before_markers:{marker_delay_ms}"}
+    broker.start()
+    async with ProtocolClient(*_addr(broker)) as c:
+        await create_topic(c, "held", 2)
+        pid, epoch = await init_ok(c, "t-held")
+        assert await add_partitions(c, "t-held", pid, epoch, {"held": [0]}) == {("held", 0): 0}
+        assert (await produce(c, "held", 0, [b"a"], pid=pid, epoch=epoch, seq=0, tid="t-held"))[0] == 0
+        end_code, added = await asyncio.gather(end_txn(c, "t-held", pid, epoch, True),
+                                               add_partitions(c, "t-held", pid, epoch, {"held": [1]}))
+        assert end_code == 0
+        assert added == {("held", 1): expect}
+        d = await describe(c, "t-held")
+        if expect == E.NONE:
+            assert (d["state"], d["partitions"]) == ("Ongoing", {("held", 1)})
+            assert await list_offset(c, "held", 0, committed=True) == 2  # record + commit marker
+        else:
+            assert d["state"] == "PrepareCommit"
+            await wait_complete(c, "t-held")
+
+
 # --- TxnOffsetCommit ----------------------------------------------------------------------------------
 
 
