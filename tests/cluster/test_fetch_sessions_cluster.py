@@ -1,0 +1,61 @@
+"""Followers replicate through incremental fetch sessions (KIP-227), and keep replicating when the leader
+loses their session: with ``max.incremental.fetch.session.cache.slots=1`` each leader keeps one session
+while two followers fetch from it, so they evict each other's session and keep getting
+FETCH_SESSION_ID_NOT_FOUND. Every acks=all write must still succeed, the ISR stay full and the replicas
+end byte-identical. Real etcd and three real brokers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from storage.batch import build_batch
+from tests.helpers.cluster_proc import BrokerCluster
+from tests.helpers.cluster_state import (
+    assert_partition_replicas_identical,
+    produce_raw,
+    stop_and_check,
+    view,
+    wait_full_isr,
+    wait_until,
+)
+from tests.helpers.etcd_proc import EtcdProcess
+
+TOPIC = "sessions"
+PARTITIONS = 3
+
+
+@pytest.fixture
+def cluster(etcd: EtcdProcess, tmp_path: Path) -> Iterator[BrokerCluster]:
+    c = BrokerCluster(etcd, tmp_path, 3, **{"max.incremental.fetch.session.cache.slots": "1",
+                                            "replica.fetch.backoff.ms": "200"})
+    try:
+        c.start()
+        yield c
+    finally:
+        problems = stop_and_check(c)
+        assert not problems, "\n".join(problems)
+
+
+def test_replication_survives_evicted_fetch_sessions(cluster: BrokerCluster) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "3"})])[TOPIC].result(60)
+    wait_full_isr(cluster, TOPIC, PARTITIONS, 3)
+    parts = view(cluster, TOPIC)
+    for i in range(20):
+        for p in range(PARTITIONS):
+            leader = cluster.brokers[parts[p].leader]
+            # min.insync.replicas=3: each answer needs both followers to have fetched the batch.
+            code, _ = produce_raw(leader, TOPIC, p, bytes(build_batch([(b"k", b"v%d" % i)] * 5)), acks=-1)
+            assert code == 0, f"acks=all produce to {TOPIC}-{p} answered {code}"
+    wait_full_isr(cluster, TOPIC, PARTITIONS, 3)
+    for p in range(PARTITIONS):
+        hw, _ = wait_until(lambda p=p: (r := assert_partition_replicas_identical(cluster, TOPIC, p))[0] == 100 and r,
+                           f"{TOPIC}-{p} replicated to 100 on every replica")
+        assert hw == 100
+    logs = "".join(b.log_text() for b in cluster.brokers.values())
+    # The followers did lose their sessions to each other, and started new ones.
+    assert "FETCH_SESSION_ID_NOT_FOUND" in logs
