@@ -149,8 +149,21 @@ def ensure_topic(adm: AdminClient, topic: str, *, partitions: int, config: Mappi
                 raise
 
 
+# librdkafka's sparse connections (the default) connect to a broker only once a request needs it, and
+# the first connection to a broker learnt from metadata then waits for a reconnect timer: about 50 ms
+# per client here. Tasks create short-lived clients (a consumer per range, a producer and a marker
+# reader per sink task), so that wait was a large share of a small micro-batch; connect eagerly.
+EAGER_CONNECT = {"enable.sparse.connections": False}
+
+
 def range_consumer(conf: Mapping[str, str], **extra: Any) -> Consumer:
-    settings: dict[str, Any] = {
+    return Consumer(range_consumer_config(conf, **extra))
+
+
+def range_consumer_config(conf: Mapping[str, str], **extra: Any) -> dict[str, Any]:
+    """Settings of a task's range reader: ``conf`` (the query's kafka.* options) and ``extra`` win."""
+    return {
+        **EAGER_CONNECT,
         "group.id": READER_GROUP,
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
@@ -161,10 +174,15 @@ def range_consumer(conf: Mapping[str, str], **extra: Any) -> Consumer:
         "fetch.max.bytes": 64 * 1024 * 1024,
         "max.partition.fetch.bytes": 16 * 1024 * 1024,
         "fetch.wait.max.ms": 100,
+        # librdkafka stops fetching for fetch.queue.backoff.ms (1 s by default) once its local queue
+        # holds queued.min.messages (100,000) records; one 16 MB fetch of small records passes that,
+        # so a task reading a long range sat idle for a second per fetch. A task drains its queue as
+        # fast as it can, and the range bounds what is read.
+        "queued.min.messages": 1_000_000,
+        "fetch.queue.backoff.ms": 10,
         **conf,
         **extra,
     }
-    return Consumer(settings)
 
 
 def read_range(conf: Mapping[str, str], topic: str, partition: int, start: int, end: int, *,

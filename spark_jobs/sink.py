@@ -168,7 +168,12 @@ class _WriterBase:
 
     # -- producing ----------------------------------------------------------------------------
     def producer(self, transactional_id: str | None) -> Producer:
+        self._delivery_error: KafkaError | None = None
+        return Producer(self.producer_config(transactional_id))
+
+    def producer_config(self, transactional_id: str | None) -> dict[str, Any]:
         conf: dict[str, Any] = {
+            **kafka_io.EAGER_CONNECT,
             "linger.ms": 5,
             "batch.num.messages": 10000,
             "batch.size": 1024 * 1024,
@@ -184,8 +189,7 @@ class _WriterBase:
         if transactional_id is not None:
             conf["transactional.id"] = transactional_id
             conf.setdefault("transaction.timeout.ms", 60000)
-        self._delivery_error: KafkaError | None = None
-        return Producer(conf)
+        return conf
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None and self._delivery_error is None:
@@ -310,7 +314,7 @@ def last_committed_batch(conf: dict[str, str], topic: str, partition: int, trans
     has one writer, so apart from aborted attempts the last committed record is the marker sought.
     """
     consumer = kafka_io.range_consumer(conf, **{"isolation.level": "read_committed",
-                                                "fetch.wait.max.ms": 10})
+                                                "fetch.wait.max.ms": 1})
     try:
         tp = CkTopicPartition(topic, partition)
         low, high = consumer.get_watermark_offsets(tp, cached=False, timeout=30)
@@ -332,20 +336,25 @@ def last_committed_batch(conf: dict[str, str], topic: str, partition: int, trans
 def _read_to(consumer: Any, topic: str, partition: int, start: int, end: int) -> Iterator[Any]:
     consumer.assign([CkTopicPartition(topic, partition, start)])
     while True:
-        # consume() waits for all num_messages or the timeout; the tail is short, so is the wait.
-        for msg in consumer.consume(num_messages=max(1, end - start), timeout=0.05):
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF and msg.offset() >= end:
-                    return
-                if err.code() != KafkaError._PARTITION_EOF:
-                    raise KafkaException(err)
-                continue
-            if msg.offset() >= end:
+        # poll(), not consume(n): the tail ends in transaction control records that read_committed
+        # never delivers, so consume() would always sit out its whole timeout waiting for n
+        # messages (50 ms per sink task); poll() hands over each record and the end-of-partition
+        # event as soon as they arrive.
+        msg = consumer.poll(0.05)
+        if msg is None:
+            continue
+        err = msg.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF and msg.offset() >= end:
                 return
-            yield msg
-            if msg.offset() == end - 1:
-                return
+            if err.code() != KafkaError._PARTITION_EOF:
+                raise KafkaException(err)
+            continue
+        if msg.offset() >= end:
+            return
+        yield msg
+        if msg.offset() == end - 1:
+            return
 
 
 class KBrokerStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
