@@ -121,8 +121,8 @@ class _Rows:
     def __init__(self, batch: pa.RecordBatch, default_topic: str | None) -> None:
         names = batch.schema.names
         self.n = batch.num_rows
-        self.values = _as_bytes(batch.column(names.index("value")).to_pylist())
-        self.keys = _as_bytes(batch.column(names.index("key")).to_pylist()) if "key" in names else None
+        self.values = _bytes_column(batch.column(names.index("value")))
+        self.keys = _bytes_column(batch.column(names.index("key"))) if "key" in names else None
         self.topics = batch.column(names.index("topic")).to_pylist() if "topic" in names else None
         self.partitions = batch.column(names.index("partition")).to_pylist() if "partition" in names else None
         self.headers = batch.column(names.index("headers")).to_pylist() if "headers" in names else None
@@ -136,8 +136,44 @@ class _Rows:
         return t
 
 
-def _as_bytes(values: list[Any]) -> list[bytes | None]:
-    return [v.encode() if isinstance(v, str) else v for v in values]
+def _bytes_column(column: pa.Array) -> list[bytes | None]:
+    """A string or binary column as Python bytes (None for nulls), converted column-wise by Arrow.
+
+    Casting string to binary reuses the UTF-8 buffers, so no per-row ``str.encode`` is needed.
+    """
+    if pa.types.is_string(column.type):
+        column = column.cast(pa.binary())
+    elif pa.types.is_large_string(column.type):
+        column = column.cast(pa.large_binary())
+    return column.to_pylist()
+
+
+def _produce_values(producer: Producer, topic: str, values: list[bytes | None], keys: list[bytes | None] | None,
+                    ) -> int:
+    """The common case, every row to one topic, partitioned by key: one positional produce() per row.
+
+    This loop is the sink's per-row cost, so it does nothing else (no per-row kwargs dict or
+    topic lookup); a full local queue (BufferError) waits for deliveries and resumes at the row
+    that did not fit. Keys of None are unkeyed records, as with produce(key=None).
+    """
+    produce = producer.produce
+    n = len(values)
+    start = 0
+    while start < n:
+        i = start
+        try:
+            if keys is None:
+                for i in range(start, n):
+                    produce(topic, values[i])
+            else:
+                for i in range(start, n):
+                    produce(topic, values[i], keys[i])
+        except BufferError:
+            producer.poll(0.05)
+            start = i
+        else:
+            start = n
+    return n
 
 
 def _validate_schema(schema: StructType, topic_option: str | None) -> None:
@@ -204,6 +240,10 @@ class _WriterBase:
         count = 0
         for batch in batches:
             rows = _Rows(batch, self.topic)
+            if fault is None and rows.topics is None and rows.partitions is None and rows.headers is None:
+                count += _produce_values(producer, rows.topic(0), rows.values, rows.keys)
+                producer.poll(0)
+                continue
             for i in range(rows.n):
                 kwargs: dict[str, Any] = {}
                 if rows.keys is not None and rows.keys[i] is not None:

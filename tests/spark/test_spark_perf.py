@@ -17,8 +17,8 @@ from spark_jobs import kafka_io, sink
 SINK_SCHEMA = StructType([StructField("key", BinaryType()), StructField("value", StringType())])
 
 
-def _writer(bootstrap: str, **options: str) -> sink.KBrokerStreamWriter:
-    return sink.KBrokerStreamWriter({"kafka.bootstrap.servers": bootstrap, "topic": "out", **options}, SINK_SCHEMA)
+def _writer(bootstrap: str, topic: str = "out", **options: str) -> sink.KBrokerStreamWriter:
+    return sink.KBrokerStreamWriter({"kafka.bootstrap.servers": bootstrap, "topic": topic, **options}, SINK_SCHEMA)
 
 
 def test_task_clients_connect_eagerly() -> None:
@@ -35,12 +35,15 @@ def test_task_clients_connect_eagerly() -> None:
     assert conf["enable.sparse.connections"] == "true"
 
 
-def test_range_reader_does_not_back_off_on_a_full_queue() -> None:
+def test_range_reader_prefetches_its_whole_range_and_not_much_more() -> None:
     # librdkafka pauses fetching for fetch.queue.backoff.ms (1 s default) once queued.min.messages
-    # (100,000 default) records wait locally, which one large fetch of small records exceeds.
-    conf = kafka_io.range_consumer_config({"bootstrap.servers": "127.0.0.1:1"})
-    assert conf["queued.min.messages"] >= 1_000_000
+    # records wait locally: the threshold is the range's size, so a long range never pauses, and
+    # a short one does not prefetch the rest of the partition.
+    conf = kafka_io.range_consumer_config({"bootstrap.servers": "127.0.0.1:1"}, range_records=400_000)
+    assert conf["queued.min.messages"] == 400_000
     assert conf["fetch.queue.backoff.ms"] <= 10
+    assert conf["max.partition.fetch.bytes"] <= 4 * 1024 * 1024
+    assert kafka_io.range_consumer_config({"bootstrap.servers": "x"}, range_records=5)["queued.min.messages"] == 1000
 
 
 def test_marker_lookup_returns_when_the_tail_ends_in_control_records(broker: Any) -> None:
@@ -59,3 +62,117 @@ def test_marker_lookup_returns_when_the_tail_ends_in_control_records(broker: Any
     conf = {"bootstrap.servers": broker.bootstrap}
     assert sink.last_committed_batch(conf, "commits", 0, "q.0") == 2
     assert sink.last_committed_batch(conf, "commits", 0, "q.1") is None
+
+
+# -- Arrow conversions ----------------------------------------------------------------------------
+
+def _reference_batch(msgs: list[Any], topic: str, partition: int) -> dict[str, list[Any]]:
+    """The per-row conversion the column-wise kafka_io._to_batch replaced, as plain Python values."""
+    ts_type = {0: -1, 1: 0, 2: 1}
+    out: dict[str, list[Any]] = {k: [] for k in ("key", "value", "topic", "partition", "offset", "timestamp",
+                                                 "timestampType", "headers")}
+    for m in msgs:
+        kind, ts = m.timestamp()
+        out["key"].append(m.key())
+        out["value"].append(m.value())
+        out["topic"].append(topic)
+        out["partition"].append(partition)
+        out["offset"].append(m.offset())
+        out["timestamp"].append(ts * 1000 if kind else None)
+        out["timestampType"].append(ts_type.get(kind, -1))
+        out["headers"].append([{"key": k, "value": v} for k, v in (m.headers() or ())])
+    return out
+
+
+def _consume(bootstrap: str, topic: str, n: int) -> list[Any]:
+    from confluent_kafka import TopicPartition
+
+    c = kafka_io.range_consumer({"bootstrap.servers": bootstrap})
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        got: list[Any] = []
+        for _ in range(600):
+            got += [m for m in c.consume(n, 0.1) if m.error() is None]
+            if len(got) >= n:
+                return got
+        raise AssertionError(f"read {len(got)} of {n} records of {topic}")
+    finally:
+        c.close()
+
+
+def test_arrow_source_batches_match_the_per_row_conversion(broker: Any) -> None:
+    create_topic(broker.bootstrap, "conv-create", partitions=1)
+    create_topic(broker.bootstrap, "conv-append", partitions=1,
+                 config={"message.timestamp.type": "LogAppendTime"})
+    rows = [(None, b"v0", None), (b"", b"", [("h", b"1")]), (b"k2", None, [("a", b""), ("b", None)]),
+            (b"k3", b"x" * 300, None)]
+    for topic in ("conv-create", "conv-append"):
+        p = transactional_producer(broker.bootstrap, f"conv-{topic}")
+        p.begin_transaction()
+        for i, (key, value, headers) in enumerate(rows):
+            p.produce(topic, value, key, partition=0, timestamp=1_700_000_000_000 + i, headers=headers)
+        p.commit_transaction(30)
+    create = _consume(broker.bootstrap, "conv-create", len(rows))
+    append = _consume(broker.bootstrap, "conv-append", len(rows))
+    assert {m.timestamp()[0] for m in create} != {m.timestamp()[0] for m in append}
+    # One timestamp type per batch (the column-wise path), and a mixed batch (the per-row path).
+    for msgs in (create, append, create + append):
+        for headers in (False, True):
+            schema = kafka_io.ARROW_SCHEMA_WITH_HEADERS if headers else kafka_io.ARROW_SCHEMA
+            batch = kafka_io._to_batch(msgs, schema, "conv", 3, headers)
+            assert batch.schema == schema
+            want = _reference_batch(msgs, "conv", 3)
+            got = batch.to_pydict()
+            got["timestamp"] = [None if t is None else int(t.timestamp() * 1_000_000) for t in got["timestamp"]]
+            for name in schema.names:
+                assert got[name] == want[name], name
+
+
+def test_sink_value_and_key_columns_convert_like_str_encode() -> None:
+    import pyarrow as pa
+
+    text = ["a", None, "", "ünï", "x" * 100]
+    for typ in (pa.string(), pa.large_string()):
+        assert sink._bytes_column(pa.array(text, typ)) == [t.encode() if t is not None else None for t in text]
+    raw = [b"a", None, b"", b"\xff\x00"]
+    for typ in (pa.binary(), pa.large_binary()):
+        assert sink._bytes_column(pa.array(raw, typ)) == raw
+
+
+def test_sink_fast_path_writes_what_the_per_row_path_writes(broker: Any) -> None:
+    import pyarrow as pa
+    from kafka_util import read_all
+
+    create_topic(broker.bootstrap, "fast", partitions=3)
+    create_topic(broker.bootstrap, "slow", partitions=3)
+    n = 300
+    keys = [None if i % 7 == 0 else b"key-%d" % (i % 11) for i in range(n)]
+    vals = [None if i % 13 == 0 else f"välue-{i}" for i in range(n)]
+
+    def batches(with_partition_column: bool) -> Any:
+        cols = {"key": pa.array(keys, pa.binary()), "value": pa.array(vals, pa.string())}
+        if with_partition_column:  # all null: partitioned by key as well, but through the per-row loop
+            cols["partition"] = pa.array([None] * n, pa.int32())
+        batch = pa.RecordBatch.from_pydict(cols)
+        yield batch.slice(0, 100)
+        yield batch.slice(100)
+
+    # A tiny local queue makes the fast path hit BufferError and resume at the row that did not fit.
+    for topic, per_row in (("fast", False), ("slow", True)):
+        w = _writer(broker.bootstrap, topic=topic, **{"kafka.queue.buffering.max.messages": "7"})
+        report = w.write_transaction(batches(per_row), transactional_id=f"t-{topic}", batch_id=0, partition=0,
+                                     attempt=0, commit_log=None)
+        assert report.records == n
+    fast, slow = read_all(broker.bootstrap, "fast"), read_all(broker.bootstrap, "slow")
+    assert len(fast) == len(slow) == n
+
+    def keyed(records: list[Any]) -> dict[int, list[Any]]:  # in order, per partition (keyless ones go anywhere)
+        out: dict[int, list[Any]] = {}
+        for part, _offset, key, value in records:
+            if key is not None:
+                out.setdefault(part, []).append((key, value))
+        return out
+
+    assert keyed(fast) == keyed(slow)
+    assert sorted(r[3] or b"" for r in fast if r[2] is None) == sorted(r[3] or b"" for r in slow if r[2] is None)
+    assert sorted(r[3] or b"" for r in fast) == sorted(v.encode() if v else b"" for v in vals)
