@@ -77,7 +77,7 @@ class Partition:
     end offset; ``leader_state`` is set while this broker leads the partition (followers' log end
     offsets, acks=all waits, broker.replication.leader)."""
 
-    __slots__ = ("topic", "index", "log", "leader_epoch", "_waiters", "producer_state", "max_message_bytes",
+    __slots__ = ("topic", "index", "log", "leader_epoch", "_waiters", "_log_waiters", "producer_state", "max_message_bytes",
                  "_flush_task", "_flush_waiters", "_flush_up_to", "replicated", "hw", "leader_state")
 
     def __init__(self, topic: str, index: int, log: Log, leader_epoch: int, max_message_bytes: int, *,
@@ -88,6 +88,7 @@ class Partition:
         self.log = log
         self.leader_epoch = leader_epoch
         self._waiters: set[asyncio.Future[None]] = set()
+        self._log_waiters: set[asyncio.Future[None]] = set()
         self.producer_state = getattr(log, "producer_state", None)
         # ReplicaManager.flush: the task running this log's flushes, the futures waiting for the
         # next one, and how far that one must reach.
@@ -114,18 +115,26 @@ class Partition:
         first_unstable = (ps.first_unstable_offset(hw if self.replicated else None) if ps is not None else None)
         return hw if first_unstable is None else min(first_unstable, hw)
 
-    def add_waiter(self, fut: asyncio.Future[None]) -> None:
-        self._waiters.add(fut)
+    def add_waiter(self, fut: asyncio.Future[None], *, log_only: bool = False) -> None:
+        """A parked fetch. ``log_only`` (a follower's): not woken by a high watermark that moved
+        alone, since the follower copies up to the log end and learns the high watermark with its
+        next data, as in Kafka (each replicated write would otherwise cost every follower one
+        more fetch round trip)."""
+        (self._log_waiters if log_only else self._waiters).add(fut)
 
     def remove_waiter(self, fut: asyncio.Future[None]) -> None:
         self._waiters.discard(fut)
+        self._log_waiters.discard(fut)
 
-    def wake_waiters(self) -> None:
-        if self._waiters:
-            for fut in self._waiters:
-                if not fut.done():
-                    fut.set_result(None)
-            self._waiters.clear()
+    def wake_waiters(self, *, hw_only: bool = False) -> None:
+        """Wake parked fetches: all of them, or with ``hw_only`` (only the high watermark moved)
+        those that read up to it."""
+        for waiters in (self._waiters,) if hw_only else (self._waiters, self._log_waiters):
+            if waiters:
+                for fut in waiters:
+                    if not fut.done():
+                        fut.set_result(None)
+                waiters.clear()
 
 
 class RecordErrors(KafkaError):
@@ -404,7 +413,7 @@ class ReplicaManager:
             return
         part.hw = new
         ls.complete_waiters(part.high_watermark, lambda: self.min_isr_error(part, after_append=True))
-        part.wake_waiters()
+        part.wake_waiters(hw_only=True)
 
     async def wait_replicated(self, part: Partition, required_offset: int, timeout_s: float) -> ErrorCode:
         """acks=all: wait until the high watermark reaches ``required_offset`` (the offset after the

@@ -156,12 +156,43 @@ def _update_session(ctx: RequestContext, request, session: FetchSession) -> None
                 p.current_leader_epoch, getattr(p, "last_fetched_epoch", -1)))
 
 
-def _session_items(ctx: RequestContext, request, session: FetchSession) -> list[_Item]:
-    """Every partition of the session (in its order), as the items to read."""
+def _session_items(ctx: RequestContext, request, session: FetchSession, replica: int, quiet: list[Partition] | None,
+                   ) -> list[_Item]:
+    """The partitions of the session (in its order) to read. With ``quiet`` (an incremental fetch),
+    partitions this request does not name that have nothing new for the follower are left out and
+    appended to ``quiet`` instead: the follower is at the log end, and the high watermark and log
+    start are those it was last told, and the follower is in the ISR (else every fetch goes the
+    full way, which retries the ISR expansion). Their fetch is still recorded (the caught-up time
+    the ISR check reads), cheaply, since the follower's log end offset is unchanged. A follower of the
+    internal topics has 100 and more partitions in its session, and each replicated write wakes
+    its fetch several times, so this per-fetch work is what the leader's CPU goes to."""
     may_read = _may_read(ctx, request)
     use_ids = ctx.api_version >= 13
-    return [_item(ctx, may_read, use_ids, cp.topic, cp.topic_id, cp.index, cp.fetch_offset, cp.max_bytes,
-                  cp.leader_epoch, cp.last_fetched_epoch) for cp in session.partitions.values()]
+    items = []
+    fast = quiet is not None and not use_ids and may_read("") and not ctx.broker.metadata.fenced()
+    if fast:
+        md = ctx.broker.metadata
+        me = ctx.broker.node_id
+        partitions = ctx.broker.replica_manager.partitions
+        named = {(t.topic, p.partition) for t in request.topics for p in t.partitions}
+        now_ms = int(time.time() * 1000)
+    for key, cp in session.partitions.items():
+        if fast and key not in named:
+            part = partitions.get(key)
+            ls = part.leader_state if part is not None else None
+            if ls is not None:
+                lg = part.log
+                leo = lg.log_end_offset
+                fs = ls.followers.get(replica)
+                if (fs is not None and fs.leo == cp.fetch_offset == leo and cp.hw == part.high_watermark
+                        and cp.log_start == lg.log_start_offset and cp.leader_epoch in (-1, part.leader_epoch)
+                        and md.leader(*key) == me and replica in md.isr(*key)):
+                    ls.record_fetch(replica, cp.fetch_offset, leo, now_ms)
+                    quiet.append(part)
+                    continue
+        items.append(_item(ctx, may_read, use_ids, cp.topic, cp.topic_id, cp.index, cp.fetch_offset, cp.max_bytes,
+                           cp.leader_epoch, cp.last_fetched_epoch))
+    return items
 
 
 def _session_response(session: FetchSession, items: list[_Item], results: list[_Result],
@@ -248,12 +279,15 @@ async def handle_fetch(ctx: RequestContext, request) -> RawResponse:
     if session is not None:
         _update_session(ctx, request, session)
 
+    quiet: list[Partition] = []  # incremental: session partitions left out as having nothing new
+
     def resolve() -> list[_Item]:
         if session is None:
             return _resolve(ctx, request)
+        quiet.clear()
         # Partitions whose topic id is unknown are answered (with the error) but never cached.
         extra = [it for it in _resolve(ctx, request) if it.topic is None] if v >= 13 else []
-        return _session_items(ctx, request, session) + extra
+        return _session_items(ctx, request, session, replica, quiet if incremental else None) + extra
 
     items = resolve()
     isolation = request.isolation_level
@@ -264,17 +298,16 @@ async def handle_fetch(ctx: RequestContext, request) -> RawResponse:
     if total < request.min_bytes and request.max_wait_ms > 0 and not errors:
         loop = asyncio.get_running_loop()
         deadline = time.monotonic() + request.max_wait_ms / 1000
-        parts = [it.part for it in items if it.part is not None]
-        # A follower also hears of a high watermark that moved (it bounds what its own consumers
-        # may read, and a follower that becomes leader starts from it).
-        hws = [p.high_watermark for p in parts] if follower else None
+        # The whole session waits: an append to a quiet partition ends the long poll too.
+        parts = [it.part for it in items if it.part is not None] + quiet
         while total < request.min_bytes:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
             fut: asyncio.Future[None] = loop.create_future()
             for p in parts:
-                p.add_waiter(fut)
+                # A follower is not woken by a high watermark that moved alone (Partition.add_waiter).
+                p.add_waiter(fut, log_only=follower)
             try:
                 await asyncio.wait_for(fut, remaining)
             except TimeoutError:
@@ -284,7 +317,7 @@ async def handle_fetch(ctx: RequestContext, request) -> RawResponse:
                     p.remove_waiter(fut)
             items = resolve()
             results, total, errors = _read(items, max_bytes, isolation, follower=follower)
-            if errors or (hws is not None and hws != [p.high_watermark for p in parts]):
+            if errors:
                 break
     _count_bytes_out(ctx, request, items, results)
     if session is None:
