@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/spark_bench.py [--records N] [--size BYTES] [--max-per-batch M]
                                                [--master local[2]] [--bootstrap HOST:PORT] [--out FILE]
-                                               [--modes exactly-once,2pc,at-least-once]
+                                               [--modes exactly-once,2pc,at-least-once] [--conf KEY=VALUE]
 
 Without --bootstrap a kbroker subprocess is started in a temp dir. N records of BYTES-byte values go
 to a 2-partition topic; then the uppercase query (kbroker source -> upper(value) -> kbroker sink) runs
@@ -139,6 +139,8 @@ def main() -> None:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--bootstrap", default=None)
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra Spark setting for the session (repeatable; for experiments)")
     ap.add_argument("--modes", default="exactly-once,2pc,at-least-once",
                     help=f"comma-separated modes to measure, of {', '.join(ALL_MODES)}, ceiling (= the 3 ceiling modes)")
     args = ap.parse_args()
@@ -162,7 +164,8 @@ def main() -> None:
             print(f"produced {args.records} records in {time.monotonic() - t0:.1f}s", flush=True)
             from spark_jobs.session import spark_session
 
-            spark = spark_session("kbroker-spark-bench", master=args.master, log_level="ERROR")
+            spark = spark_session("kbroker-spark-bench", master=args.master, log_level="ERROR",
+                                  conf=dict(c.split("=", 1) for c in args.conf))
             from spark_jobs.noop import NoopDataSource
 
             spark.dataSource.register(NoopDataSource)
