@@ -50,6 +50,7 @@ class CachedPartition:
     max_bytes: int
     leader_epoch: int
     last_fetched_epoch: int
+    follower_log_start: int = -1  # the follower's own log start (its fetch state, not a response figure)
     hw: int = -1
     log_start: int = -1
 
@@ -84,6 +85,7 @@ class FetchSession:
             return
         old.fetch_offset, old.max_bytes = cp.fetch_offset, cp.max_bytes
         old.leader_epoch, old.last_fetched_epoch = cp.leader_epoch, cp.last_fetched_epoch
+        old.follower_log_start = cp.follower_log_start
         old.topic_id = cp.topic_id
 
     def move_to_end(self, key: tuple[str, int]) -> None:

@@ -388,12 +388,13 @@ class ReplicaManager:
 
     # --- replication (cluster mode) --------------------------------------------------------
 
-    def record_follower_fetch(self, part: Partition, replica: int, fetch_offset: int) -> None:
-        """Leader: a follower fetched from ``fetch_offset`` (its log end offset)."""
+    def record_follower_fetch(self, part: Partition, replica: int, fetch_offset: int, log_start: int = -1) -> None:
+        """Leader: a follower fetched from ``fetch_offset`` (its log end offset); ``log_start`` is
+        its log start offset (-1: not given)."""
         ls = part.leader_state
         if ls is None:
             return
-        fs = ls.record_fetch(replica, fetch_offset, part.log.log_end_offset, int(time.time() * 1000))
+        fs = ls.record_fetch(replica, fetch_offset, part.log.log_end_offset, int(time.time() * 1000), log_start)
         if fs is None:
             return
         self.isr.maybe_expand(part, replica)

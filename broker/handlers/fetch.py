@@ -68,6 +68,7 @@ class _Item:
     part: Partition | None
     error: ErrorCode = ErrorCode.NONE
     last_fetched_epoch: int = -1
+    log_start_offset: int = -1  # a follower's own log start offset
 
 
 @dataclass(slots=True)
@@ -91,7 +92,7 @@ def _resolve(ctx: RequestContext, request) -> list[_Item]:
         for p in t.partitions:
             items.append(_item(ctx, may_read, use_ids, name, getattr(t, "topic_id", None), p.partition,
                                p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch,
-                               getattr(p, "last_fetched_epoch", -1)))
+                               getattr(p, "last_fetched_epoch", -1), getattr(p, "log_start_offset", -1)))
     return items
 
 
@@ -103,13 +104,14 @@ def _topic_name(md, t, use_ids: bool) -> str | None:
 
 
 def _item(ctx: RequestContext, may_read: Callable[[str], bool], use_ids: bool, name: str | None, topic_id: object,
-          index: int, fetch_offset: int, max_bytes: int, leader_epoch: int, last_fetched_epoch: int) -> _Item:
+          index: int, fetch_offset: int, max_bytes: int, leader_epoch: int, last_fetched_epoch: int,
+          log_start_offset: int = -1) -> _Item:
     missing = ErrorCode.UNKNOWN_TOPIC_ID if use_ids else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     denied = name is not None and not may_read(name)
     part, code = (ctx.broker.replica_manager.get_leader(name, index) if name is not None and not denied else
                   (None, ErrorCode.TOPIC_AUTHORIZATION_FAILED if denied else missing))
     item = _Item(name, topic_id, index, fetch_offset, max_bytes, leader_epoch, part,
-                 last_fetched_epoch=last_fetched_epoch)
+                 last_fetched_epoch=last_fetched_epoch, log_start_offset=log_start_offset)
     if part is None:
         item.error = missing if name is None else code
     elif leader_epoch >= 0 and leader_epoch != part.leader_epoch:
@@ -153,7 +155,7 @@ def _update_session(ctx: RequestContext, request, session: FetchSession) -> None
         for p in t.partitions:
             session.update((name, p.partition), CachedPartition(
                 name, getattr(t, "topic_id", None), p.partition, p.fetch_offset, p.partition_max_bytes,
-                p.current_leader_epoch, getattr(p, "last_fetched_epoch", -1)))
+                p.current_leader_epoch, getattr(p, "last_fetched_epoch", -1), getattr(p, "log_start_offset", -1)))
 
 
 def _session_items(ctx: RequestContext, request, session: FetchSession, replica: int, quiet: list[Partition] | None,
@@ -187,11 +189,11 @@ def _session_items(ctx: RequestContext, request, session: FetchSession, replica:
                 if (fs is not None and fs.leo == cp.fetch_offset == leo and cp.hw == part.high_watermark
                         and cp.log_start == lg.log_start_offset and cp.leader_epoch in (-1, part.leader_epoch)
                         and md.leader(*key) == me and replica in md.isr(*key)):
-                    ls.record_fetch(replica, cp.fetch_offset, leo, now_ms)
+                    ls.record_fetch(replica, cp.fetch_offset, leo, now_ms, cp.follower_log_start)
                     quiet.append(part)
                     continue
         items.append(_item(ctx, may_read, use_ids, cp.topic, cp.topic_id, cp.index, cp.fetch_offset, cp.max_bytes,
-                           cp.leader_epoch, cp.last_fetched_epoch))
+                           cp.leader_epoch, cp.last_fetched_epoch, cp.follower_log_start))
     return items
 
 
@@ -340,7 +342,7 @@ def _record_follower_fetch(ctx: RequestContext, items: list[_Item], replica: int
                                                           it.fetch_offset) is not None:
             continue
         if it.fetch_offset <= part.log.log_end_offset:
-            rm.record_follower_fetch(part, replica, it.fetch_offset)
+            rm.record_follower_fetch(part, replica, it.fetch_offset, it.log_start_offset)
 
 
 def _count_bytes_out(ctx: RequestContext, request, items: list[_Item], results: list[_Result]) -> None:

@@ -29,6 +29,7 @@ class FollowerState:
     last_caught_up_ms: int = 0
     last_fetch_ms: int = 0
     last_fetch_leader_leo: int = -1
+    log_start: int = -1  # the follower's log start offset, from its fetches (DeleteRecords' low watermark)
 
 
 class LeaderState:
@@ -50,10 +51,13 @@ class LeaderState:
         """A replica assigned while this broker leads (reassignment)."""
         self.followers.setdefault(replica, FollowerState(last_caught_up_ms=now_ms))
 
-    def record_fetch(self, replica: int, fetch_offset: int, leader_leo: int, now_ms: int) -> FollowerState | None:
+    def record_fetch(self, replica: int, fetch_offset: int, leader_leo: int, now_ms: int,
+                     log_start: int = -1) -> FollowerState | None:
         fs = self.followers.get(replica)
         if fs is None:
             return None
+        if log_start >= 0:
+            fs.log_start = log_start
         if fetch_offset >= leader_leo:
             fs.last_caught_up_ms = now_ms
         elif fetch_offset >= fs.last_fetch_leader_leo:
@@ -126,3 +130,13 @@ class LeaderState:
             if not fut.done():
                 fut.set_result(code)
         self._waiters = []
+
+    def low_watermark(self, leader_log_start: int, alive: Iterable[int]) -> int:
+        """Kafka's Partition.lowWatermarkIfLeader: the smallest log start offset over this replica
+        and the followers on live brokers (-1 while a live follower's is not known yet)."""
+        low = leader_log_start
+        live = set(alive)
+        for r, fs in self.followers.items():
+            if r in live and fs.log_start < low:
+                low = fs.log_start
+        return low
