@@ -17,6 +17,11 @@ endpoint is ``http://`` refuses the start rather than sending the cluster's meta
 The server certificate must name the endpoint's host (an IP SAN for an address), as etcdctl checks.
 User/password authentication (``kbroker.etcd.username``/``password``) is aetcd's own: a token from
 etcd's Authenticate RPC, sent with every request; it works on plaintext and TLS channels alike.
+aetcd never renews that token, but etcd drops it after ``--auth-token-ttl`` (300 s) without a KV
+request (the lease keep-alive stream does not count), at every etcd restart, and at a JWT token's
+expiry. So the client's unary calls go through ``_ReauthStub``: an "invalid auth token" answer
+authenticates again and repeats the call once with the new token (also given to the watcher for
+the streams it opens later).
 """
 
 from __future__ import annotations
@@ -68,20 +73,76 @@ class EtcdTls:
                                             certificate_chain=read(SSL_SETTINGS[1], self.certfile))
 
 
+def _token_rejected(e: grpc.aio.AioRpcError) -> bool:
+    return e.code() == grpc.StatusCode.UNAUTHENTICATED and "invalid auth token" in (e.details() or "")
+
+
+class _ReauthStub:
+    """A gRPC stub whose unary calls authenticate again once when etcd rejects the token."""
+
+    def __init__(self, stub: object, client: EtcdClient) -> None:
+        self._stub = stub
+        self._client = client
+
+    def __getattr__(self, name: str) -> object:
+        method = getattr(self._stub, name)
+        if not isinstance(method, grpc.aio.UnaryUnaryMultiCallable):
+            return method  # streams (watch, lease keep-alive) are opened with the current token
+
+        async def call(request: object, **kwargs: object) -> object:
+            token = self._client.metadata
+            try:
+                return await method(request, **kwargs)
+            except grpc.aio.AioRpcError as e:
+                if not _token_rejected(e):
+                    raise
+                await self._client.reauthenticate(token)
+                kwargs["metadata"] = self._client.metadata
+                return await method(request, **kwargs)
+
+        return call
+
+
 class EtcdClient(aetcd.Client):
-    """aetcd's client, over TLS when ``tls`` is given (see the module docstring)."""
+    """aetcd's client, over TLS when ``tls`` is given, renewing its auth token (module docstring)."""
 
     def __init__(self, *args, tls: EtcdTls | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._tls = tls
         self._credentials = tls.credentials() if tls is not None else None
+        self._reauth_lock = asyncio.Lock()
+        self.reauthentications = 0
+
+    def _wrap_stubs(self) -> None:
+        if self._username is None or self._password is None:
+            return
+        for name in ("kvstub", "clusterstub", "leasestub", "maintenancestub"):
+            stub = getattr(self, name)
+            if stub is not None and not isinstance(stub, _ReauthStub):
+                setattr(self, name, _ReauthStub(stub, self))
+
+    async def reauthenticate(self, stale: object) -> None:
+        """A new token, unless another call already replaced ``stale`` (the token it was sent with)."""
+        async with self._reauth_lock:
+            if self.metadata is not stale:
+                return
+            resp = await self.auth_stub.Authenticate(
+                rpc.AuthenticateRequest(name=self._username, password=self._password), timeout=self._timeout)
+            self.metadata = (("token", resp.token),)
+            if self._watcher is not None:
+                self._watcher._metadata = self.metadata  # aetcd keeps its own copy for new watch streams
+            self.reauthentications += 1
 
     @property
     def tls(self) -> bool:
         return self._tls is not None
 
-    @_handle_errors
     async def connect(self) -> None:
+        await self._connect()
+        self._wrap_stubs()
+
+    @_handle_errors
+    async def _connect(self) -> None:
         if self._credentials is None:
             return await super().connect()
         # aetcd 1.0's Client.connect, with a secure channel in place of the insecure one.

@@ -72,8 +72,9 @@ class EtcdTlsFiles:
 class EtcdProcess:
     def __init__(self, data_dir: Path, *, name: str = "kbroker-test", client_port: int | None = None,
                  peer_port: int | None = None, log_path: Path | None = None,
-                 tls: EtcdTlsFiles | None = None) -> None:
+                 tls: EtcdTlsFiles | None = None, extra_args: list[str] | None = None) -> None:
         self.tls = tls
+        self.extra_args = list(extra_args or [])  # e.g. ["--auth-token-ttl", "2"]
         self.data_dir = Path(data_dir)
         self.name = name
         self.client_port = client_port if client_port is not None else free_port()
@@ -111,6 +112,7 @@ class EtcdProcess:
             "--log-level", "warn",
             "--logger", "zap",
             *self._tls_args(),
+            *self.extra_args,
         ]
 
     def _tls_args(self) -> list[str]:
