@@ -6,9 +6,18 @@
 ARG BASE_IMAGE=python:3.12-slim
 
 FROM ${BASE_IMAGE} AS build
+# The optional C record walk (storage/_recwalk.c, built by setup.py) needs a C compiler and Python's
+# headers, in this stage only: on a Debian-like base they come from apt (python3-dev only when the
+# base's Python has no Python.h). Without them the install warns and the pure-Python walk runs.
+RUN if command -v apt-get >/dev/null 2>&1; then \
+      headers=$(python3 -c 'import os, sysconfig; print("" if os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else "python3-dev")'); \
+      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+         gcc libc6-dev $headers >/dev/null && rm -rf /var/lib/apt/lists/*) \
+      || echo "note: no C compiler in the build stage; the image runs the pure-Python record walk"; \
+    fi
 # A virtualenv: Debian-based bases refuse pip installs into the system Python (PEP 668).
 RUN python3 -m venv /opt/kbroker
-COPY pyproject.toml README.md /src/
+COPY pyproject.toml README.md setup.py /src/
 # Dependencies first, in a layer of their own: an install of the project with empty packages pulls
 # them, so a source change rebuilds only the small layer below.
 RUN for p in broker cli cluster coordinator protocol security spark_jobs storage; do \

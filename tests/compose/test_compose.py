@@ -363,6 +363,8 @@ def test_compose_cluster(engine_env: dict[str, str]) -> None:
             _compose(env, "up", "-d")
         with phase("healthy"):
             _wait_healthy(env, [1, 2, 3])
+            # The image's build stage compiled the optional C record walk (Dockerfile).
+            _podman(env, "exec", _container(1), "/opt/kbroker/bin/python", "-c", "import storage._recwalk")
 
         with phase("monitoring: prometheus scrapes 3 brokers"):
             # The monitoring profile's Prometheus (Debian's binary standing in for prom/prometheus).
