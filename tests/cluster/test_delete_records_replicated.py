@@ -18,10 +18,10 @@ from protocol.errors import ErrorCode
 from storage.batch import build_batch
 from tests.helpers.cluster_proc import BrokerCluster
 from tests.helpers.cluster_state import (
+    checked_cluster,
     list_offset,
     live,
     produce_raw,
-    stop_and_check,
     view,
     wait_full_isr,
     wait_until,
@@ -35,14 +35,9 @@ EARLIEST = -2
 
 @pytest.fixture
 def cluster(etcd: EtcdProcess, tmp_path: Path) -> Iterator[BrokerCluster]:
-    c = BrokerCluster(etcd, tmp_path, 3, **{"replica.fetch.wait.max.ms": "10000",
-                                            "broker.session.timeout.ms": "3000"})
-    try:
-        c.start()
+    with checked_cluster(etcd, tmp_path, 3, **{"replica.fetch.wait.max.ms": "10000",
+                                            "broker.session.timeout.ms": "3000"}) as c:
         yield c
-    finally:
-        problems = stop_and_check(c)
-        assert not problems, "\n".join(problems)
 
 
 def delete_records(broker, offset: int, timeout_ms: int = 30_000) -> tuple[int, int]:  # noqa: ANN001

@@ -19,8 +19,8 @@ from storage.batch import build_batch
 from tests.helpers.cluster_proc import BrokerCluster
 from tests.helpers.cluster_state import (
     assert_partition_replicas_identical,
+    checked_cluster,
     produce_raw,
-    stop_and_check,
     view,
     wait_full_isr,
     wait_until,
@@ -33,14 +33,9 @@ PARTITIONS = 3
 
 @pytest.fixture
 def cluster(etcd: EtcdProcess, tmp_path: Path) -> Iterator[BrokerCluster]:
-    c = BrokerCluster(etcd, tmp_path, 3, **{"max.incremental.fetch.session.cache.slots": "1",
-                                            "replica.fetch.backoff.ms": "200"})
-    try:
-        c.start()
+    with checked_cluster(etcd, tmp_path, 3, **{"max.incremental.fetch.session.cache.slots": "1",
+                                            "replica.fetch.backoff.ms": "200"}) as c:
         yield c
-    finally:
-        problems = stop_and_check(c)
-        assert not problems, "\n".join(problems)
 
 
 def test_replication_survives_evicted_fetch_sessions(cluster: BrokerCluster) -> None:
@@ -66,13 +61,8 @@ def test_replication_survives_evicted_fetch_sessions(cluster: BrokerCluster) -> 
 
 @pytest.fixture
 def lag_cluster(etcd: EtcdProcess, tmp_path: Path) -> Iterator[BrokerCluster]:
-    c = BrokerCluster(etcd, tmp_path, 3, **{"replica.lag.time.max.ms": "4000", "replica.fetch.wait.max.ms": "500"})
-    try:
-        c.start()
+    with checked_cluster(etcd, tmp_path, 3, **{"replica.lag.time.max.ms": "4000", "replica.fetch.wait.max.ms": "500"}) as c:
         yield c
-    finally:
-        problems = stop_and_check(c)
-        assert not problems, "\n".join(problems)
 
 
 def test_idle_partitions_stay_in_sync(lag_cluster: BrokerCluster) -> None:

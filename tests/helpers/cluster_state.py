@@ -8,9 +8,11 @@ still starting: waits retry until their condition holds or a generous deadline p
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 from kafka.protocol.consumer import ListOffsetsRequest
@@ -18,6 +20,7 @@ from kafka.protocol.metadata import MetadataRequest
 
 from tests.helpers.broker_proc import BrokerProcess
 from tests.helpers.cluster_proc import BrokerCluster
+from tests.helpers.etcd_proc import EtcdProcess
 from tests.helpers.replica_compare import assert_replicas_identical, partition_dir
 from tests.helpers.wire import send_request
 
@@ -200,3 +203,16 @@ def stop_and_check(cluster: BrokerCluster) -> list[str]:
             problems.append(f"broker {node} logged a traceback ({b.log_path}):\n"
                             + "\n".join(lines[max(0, start - 3): start + 30]))
     return problems
+
+
+@contextlib.contextmanager
+def checked_cluster(etcd: EtcdProcess, path: Path, brokers: int = 3, **overrides: str) -> Iterator[BrokerCluster]:
+    """A started cluster for a test; afterwards every broker is stopped and stop_and_check must find
+    nothing wrong (a non-zero exit on SIGTERM, a traceback in a log)."""
+    c = BrokerCluster(etcd, path, brokers, **overrides)
+    try:
+        c.start()
+        yield c
+    finally:
+        problems = stop_and_check(c)
+        assert not problems, "\n".join(problems)
