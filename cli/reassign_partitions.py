@@ -4,6 +4,7 @@
     kbroker reassign-partitions --verify --reassignment-json-file F
     kbroker reassign-partitions --cancel --reassignment-json-file F
     kbroker reassign-partitions --list
+    kbroker reassign-partitions --generate --topics-to-move-json-file T --broker-list 1,2,3 [--disable-rack-aware]
 
 F is Kafka's format: {"version": 1, "partitions": [{"topic": T, "partition": P, "replicas": [1, 2, 3]}]}
 (``log_dirs`` is accepted and ignored). ``--execute`` prints the current assignment of those
@@ -11,13 +12,18 @@ partitions in the same format (to roll back with) and starts the reassignments
 (AlterPartitionReassignments); ``--verify`` tells per partition whether it is done ("Reassignment
 of partition t-0 is completed.") or still moving; ``--cancel`` cancels the ongoing ones of the file;
 ``--list`` prints the ongoing ones (ListPartitionReassignments) as "t-0: replicas: 3,1. adding: 3.
-removing: 1.".
+removing: 1.". ``--generate`` reads Kafka's topics file ({"version": 1, "topics": [{"topic": T}]}) and
+prints the current assignment of those topics and a proposed one over ``--broker-list`` (a file for
+``--execute``), placed as new topics are (cluster/placement.py: round robin from a random start,
+rack-aware unless ``--disable-rack-aware``; Kafka refuses a rack-aware plan when only some brokers
+have a rack), each topic keeping its partition count and the replication factor of its first
+partition. Brokers in the list that are not registered are left out, as Kafka does.
 
 confluent-kafka's AdminClient has no reassignment calls, so the tool speaks the protocol itself
 (protocol/client.py) to the first bootstrap server: PLAINTEXT only for now. Any broker of the
 cluster accepts the requests. A partition the broker refuses prints its error and makes the tool
-fail (exit 1) with one last line; every wait is bounded. Not supported: ``--generate``, throttles,
-``--additional``, log dirs.
+fail (exit 1) with one last line; every wait is bounded. Not supported: throttles, ``--additional``,
+log dirs.
 """
 
 from __future__ import annotations
@@ -49,7 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
     action.add_argument("--verify", action="store_true", help="check whether those of the file are done")
     action.add_argument("--cancel", action="store_true", help="cancel the ongoing ones of the file")
     action.add_argument("--list", action="store_true", help="list the ongoing reassignments")
+    action.add_argument("--generate", action="store_true",
+                        help="propose an assignment of the topics of --topics-to-move-json-file over --broker-list")
     p.add_argument("--reassignment-json-file", metavar="FILE", help='{"version":1,"partitions":[{"topic",...}]}')
+    p.add_argument("--topics-to-move-json-file", metavar="FILE", help='{"version":1,"topics":[{"topic":"t"}]}')
+    p.add_argument("--broker-list", metavar="IDS", help="comma-separated broker ids for --generate, e.g. 1,2,3")
+    p.add_argument("--disable-rack-aware", action="store_true", help="--generate ignores broker racks")
     add_connection_options(p)
     return p
 
@@ -86,6 +97,38 @@ def read_plan(path: str | None, *, need_replicas: bool) -> list[tuple[str, int, 
     return plan
 
 
+def read_topics(path: str | None) -> list[str]:
+    """The topics of a --topics-to-move-json-file; a CliError naming what is wrong."""
+    if not path:
+        raise CliError("--topics-to-move-json-file is required with --generate")
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CliError(f"file not found: {path}") from None
+    except (OSError, ValueError) as e:
+        raise CliError(f"{path}: not a JSON document ({e})") from None
+    entries = doc.get("topics") if isinstance(doc, dict) else None
+    if not isinstance(entries, list) or not entries or not all(
+            isinstance(e, dict) and isinstance(e.get("topic"), str) for e in entries):
+        raise CliError(f"{path}: expected {{\"version\": 1, \"topics\": [{{\"topic\": \"name\"}}, ...]}}")
+    return list(dict.fromkeys(e["topic"] for e in entries))
+
+
+def read_broker_list(text: str | None) -> list[int]:
+    if not text:
+        raise CliError("--broker-list is required with --generate")
+    try:
+        ids = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise CliError(f"--broker-list: not a comma-separated list of broker ids: {text}") from None
+    if not ids:
+        raise CliError("--broker-list: no broker id given")
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise CliError(f"Broker list contains duplicate entries: {','.join(map(str, dup))}")
+    return ids
+
+
 def _plan_json(rows: list[tuple[str, int, list[int]]]) -> str:
     return json.dumps({"version": 1, "partitions": [{"topic": t, "partition": p, "replicas": r, "log_dirs": ["any"] * len(r)}
                                                      for t, p, r in rows]}, separators=(",", ":"))
@@ -106,14 +149,21 @@ class _Session:
             raise CliError(f"the broker closed the connection: {e}") from None
 
     async def metadata(self, topics: list[str]) -> dict[tuple[str, int], list[int]]:
+        return (await self.cluster(topics))[0]
+
+    async def cluster(self, topics: list[str]) -> tuple[dict[tuple[str, int], list[int]], dict[int, str | None],
+                                                       dict[str, int]]:
+        """(replicas by partition, rack by broker id, error code by topic that failed)."""
         from kafka.protocol.metadata import MetadataRequest
 
         T = MetadataRequest.MetadataRequestTopic
         req = MetadataRequest(version=12, topics=[T(version=12, topic_id=None, name=t) for t in sorted(set(topics))],
                               allow_auto_topic_creation=False, include_topic_authorized_operations=False)
         resp = await self.request(req, 12)
-        return {(t.name, p.partition_index): list(p.replica_nodes) for t in resp.topics if t.error_code == 0
-                for p in t.partitions}
+        replicas = {(t.name, p.partition_index): list(p.replica_nodes) for t in resp.topics if t.error_code == 0
+                    for p in t.partitions}
+        racks = {b.node_id: b.rack for b in resp.brokers}
+        return replicas, racks, {t.name: t.error_code for t in resp.topics if t.error_code}
 
     async def ongoing(self) -> dict[tuple[str, int], tuple[list[int], list[int], list[int]]]:
         from kafka.protocol.admin import ListPartitionReassignmentsRequest
@@ -217,17 +267,48 @@ async def _list(s: _Session, args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+async def _generate(s: _Session, args: argparse.Namespace, out: TextIO) -> int:
+    from cluster.placement import place_replicas
+    from protocol.errors import ErrorCode, KafkaError
+
+    topics = read_topics(args.topics_to_move_json_file)
+    wanted = read_broker_list(args.broker_list)
+    current, racks, failed = await s.cluster(topics)
+    if failed:
+        raise CliError("; ".join(f"{t}: {ErrorCode(code).name}" for t, code in sorted(failed.items())))
+    brokers = {b: (None if args.disable_rack_aware else racks[b]) for b in wanted if b in racks}
+    if len({r is None for r in brokers.values()}) > 1:
+        raise CliError("Not all brokers have rack information. Add --disable-rack-aware in command line to make "
+                       "replica assignment without rack information.")
+    proposed: list[tuple[str, int, list[int]]] = []
+    for topic in topics:
+        parts = sorted(p for t, p in current if t == topic)
+        try:
+            placed = place_replicas(brokers, len(parts), len(current[(topic, parts[0])]))
+        except KafkaError as e:
+            raise CliError(f"{topic}: {e}") from None
+        proposed.extend((topic, p, placed[i]) for i, p in enumerate(parts))
+    rows = [(t, p, current[(t, p)]) for t in topics for p in sorted(p for tt, p in current if tt == t)]
+    out.write(f"Current partition replica assignment\n{_plan_json(rows)}\n\n"
+              f"Proposed partition reassignment configuration\n{_plan_json(proposed)}\n")
+    return 0
+
+
 def _run(args: argparse.Namespace, out: TextIO) -> int:
     from protocol.client import ProtocolClient
 
     if args.list and args.reassignment_json_file:
         raise CliError("--list takes no --reassignment-json-file")
-    if not args.list:
+    if args.generate:
+        read_topics(args.topics_to_move_json_file)  # bad input fails before connecting
+        read_broker_list(args.broker_list)
+    elif not args.list:
         read_plan(args.reassignment_json_file, need_replicas=not args.cancel)  # a bad file fails before connecting
     if args.command_config and load_properties(args.command_config).get(
             "security.protocol", "PLAINTEXT").upper() != "PLAINTEXT":
         raise CliError("reassign-partitions supports PLAINTEXT connections only for now")
-    action = _execute if args.execute else _verify if args.verify else _cancel if args.cancel else _list
+    action = (_execute if args.execute else _verify if args.verify else _cancel if args.cancel
+              else _generate if args.generate else _list)
 
     async def run() -> int:
         host, port = bootstrap_addresses(args.bootstrap_server)[0]

@@ -40,6 +40,7 @@ from kafka.protocol.admin import (
 )
 from kafka.protocol.metadata import MetadataRequest
 
+from cli.reassign_partitions import read_plan
 from cluster.etcd_keys import KeyLayout, get_or_create_cluster_id
 from cluster.etcd_session import EtcdSession
 from cluster.etcd_store import EtcdMetadataStore
@@ -386,6 +387,37 @@ async def test_cli_tools(cluster: BrokerCluster, etcd: EtcdProcess, tmp_path: Pa
     bad.write_text('{"partitions": [{"topic": "cli"}]}')
     out = _kbroker("reassign-partitions", "-b", b1.bootstrap, "--execute", "--reassignment-json-file", str(bad))
     assert out.returncode == 1 and out.stderr.count("\n") == 1 and "replicas" in out.stderr
+
+    # --generate: the current assignment, and a proposal over the broker list that keeps the partition
+    # count and the first partition's replication factor (cli-0 still has 3 replicas).
+    move = tmp_path / "move.json"
+    move.write_text(json.dumps({"version": 1, "topics": [{"topic": "cli"}]}))
+    out = _kbroker("reassign-partitions", "-b", b1.bootstrap, "--generate", "--topics-to-move-json-file", str(move),
+                   "--broker-list", "3,1,2")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.split("\n")
+    assert lines[0] == "Current partition replica assignment" and lines[3] == "Proposed partition reassignment configuration"
+    current, proposed = json.loads(lines[1]), json.loads(lines[4])
+    assert [(e["topic"], e["partition"]) for e in current["partitions"]] == [("cli", 0), ("cli", 1)]
+    assert current["partitions"][1]["replicas"] == [3, 2]
+    assert [(e["topic"], e["partition"]) for e in proposed["partitions"]] == [("cli", 0), ("cli", 1)]
+    assert all(sorted(e["replicas"]) == [1, 2, 3] for e in proposed["partitions"])
+    assert len({e["replicas"][0] for e in proposed["partitions"]}) == 2  # leaders spread over brokers
+    # The proposal is a file --execute takes.
+    plan2 = tmp_path / "proposed.json"
+    plan2.write_text(lines[4])
+    assert read_plan(str(plan2), need_replicas=True) == [(e["topic"], e["partition"], e["replicas"])
+                                                          for e in proposed["partitions"]]
+    out = _kbroker("reassign-partitions", "-b", b1.bootstrap, "--generate", "--topics-to-move-json-file", str(move),
+                   "--broker-list", "1,2,9")  # 9 is not registered: two brokers cannot hold 3 replicas
+    assert out.returncode == 1 and "replication factor of 3 cannot be reached" in out.stderr, out
+    move.write_text(json.dumps({"version": 1, "topics": [{"topic": "no-such-topic"}]}))
+    out = _kbroker("reassign-partitions", "-b", b1.bootstrap, "--generate", "--topics-to-move-json-file", str(move),
+                   "--broker-list", "1,2,3")
+    assert out.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in out.stderr, out
+    out = _kbroker("reassign-partitions", "-b", b1.bootstrap, "--generate", "--topics-to-move-json-file", str(move),
+                   "--broker-list", "1,1")
+    assert out.returncode == 1 and "duplicate" in out.stderr, out
 
 
 # --- with replication --------------------------------------------------------------------------------
