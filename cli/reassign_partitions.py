@@ -65,16 +65,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def read_plan(path: str | None, *, need_replicas: bool) -> list[tuple[str, int, list[int]]]:
-    """(topic, partition, replicas) of a reassignment file; a CliError naming what is wrong."""
-    if not path:
-        raise CliError("--reassignment-json-file is required with --execute, --verify and --cancel")
+def _load_json(path: str) -> object:
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        return json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise CliError(f"file not found: {path}") from None
     except (OSError, ValueError) as e:
         raise CliError(f"{path}: not a JSON document ({e})") from None
+
+
+def read_plan(path: str | None, *, need_replicas: bool) -> list[tuple[str, int, list[int]]]:
+    """(topic, partition, replicas) of a reassignment file; a CliError naming what is wrong."""
+    if not path:
+        raise CliError("--reassignment-json-file is required with --execute, --verify and --cancel")
+    doc = _load_json(path)
     entries = doc.get("partitions") if isinstance(doc, dict) else None
     if not isinstance(entries, list) or not entries:
         raise CliError(f"{path}: expected {{\"version\": 1, \"partitions\": [...]}} with at least one partition")
@@ -101,12 +105,7 @@ def read_topics(path: str | None) -> list[str]:
     """The topics of a --topics-to-move-json-file; a CliError naming what is wrong."""
     if not path:
         raise CliError("--topics-to-move-json-file is required with --generate")
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CliError(f"file not found: {path}") from None
-    except (OSError, ValueError) as e:
-        raise CliError(f"{path}: not a JSON document ({e})") from None
+    doc = _load_json(path)
     entries = doc.get("topics") if isinstance(doc, dict) else None
     if not isinstance(entries, list) or not entries or not all(
             isinstance(e, dict) and isinstance(e.get("topic"), str) for e in entries):
