@@ -8,6 +8,7 @@ the same version (None when no response is due, e.g. Produce with acks=0).
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -96,6 +97,20 @@ class RawResponse:
     def __init__(self, chunks: list[bytes | memoryview]) -> None:
         self.chunks = chunks
         self.size = sum(len(c) for c in chunks)
+
+
+# A response built from this many entries (groups, members, ...) or more is built and encoded on
+# an executor thread (encode_off_loop): one large answer must not stall every other connection.
+OFFLOAD_ENTRIES = 2_000
+
+
+async def encode_off_loop(build: Callable[[], Any], version: int) -> RawResponse:
+    """Build (``build()`` returns the response struct) and encode a large response on an executor
+    thread. The encoding holds the GIL in slices, so the loop keeps serving other connections in
+    between (a plain encode of 100,000 DescribeGroups entries is a second of loop time). ``build``
+    must read only values captured on the loop for this request, never live broker state."""
+    body = await asyncio.get_running_loop().run_in_executor(None, lambda: build().encode(version=version))
+    return RawResponse([body])
 
 
 HANDLERS: dict[int, Registration] = {}

@@ -11,7 +11,9 @@
 Partitions of topics that do not exist get UNKNOWN_TOPIC_OR_PARTITION on commit, as in Kafka's
 request handling; everything else is decided by the coordinator. DescribeGroups (v3+) and
 ConsumerGroupDescribe answer a group's authorized operations when asked and the group was
-described without error (KafkaApis), from broker/authorized_operations.py.
+described without error (KafkaApis), from broker/authorized_operations.py. A DescribeGroups answer
+of OFFLOAD_ENTRIES groups and members or more is built and encoded on an executor thread, and a
+group listed several times in one request is described once (Kafka still gets one entry per id).
 
 ACLs (as KafkaApis): JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ConsumerGroupHeartbeat and
 OffsetCommit need READ on the group (GROUP_AUTHORIZATION_FAILED); OffsetFetch DESCRIBE on the group;
@@ -42,7 +44,7 @@ from broker.authorized_operations import (
     as_bitfield,
     authorized_operations,
 )
-from broker.handlers import RequestContext, api
+from broker.handlers import OFFLOAD_ENTRIES, RawResponse, RequestContext, api, encode_off_loop
 from protocol.consumer_group_api import ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse
 from protocol.errors import ErrorCode
 
@@ -321,34 +323,56 @@ async def handle_list_groups(ctx: RequestContext, request) -> ListGroupsResponse
 
 
 @api(15, 0, 6)
-async def handle_describe_groups(ctx: RequestContext, request) -> DescribeGroupsResponse:
+async def handle_describe_groups(ctx: RequestContext, request) -> DescribeGroupsResponse | RawResponse:
     v = ctx.api_version
     gc = _gc(ctx)
     G = DescribeGroupsResponse.DescribedGroup
     M = G.DescribedGroupMember
     asked = v >= 3 and request.include_authorized_operations
-    out = []
+    # Kafka answers one entry per requested id, repeats included; a repeated id is described (and
+    # authorized) once, so that a request listing one large group many times costs one description.
+    described: dict[str, tuple] = {}
+    entries = []
+    size = 0
     for group_id in request.groups:
-        if gc is None or not _group_ok(ctx, AclOperation.DESCRIBE, group_id):
-            d_err = E.COORDINATOR_NOT_AVAILABLE if gc is None else E.GROUP_AUTHORIZATION_FAILED
-            state, ptype, proto, members = "", "", "", []
-            message = None
-        else:
-            d = gc.describe_group(group_id)
-            d_err, state, ptype, proto, members = d.error, d.state, d.protocol_type, d.protocol, d.members
-            message = None
-            if d_err == E.GROUP_ID_NOT_FOUND:
-                if v >= 6:
-                    message = f"Group {group_id} not found."
-                else:
-                    d_err = E.NONE  # older versions describe an unknown group as Dead
-        out.append(G(version=v, error_code=d_err, error_message=message, group_id=group_id, group_state=state,
-                     protocol_type=ptype, protocol_data=proto, members=[
-                         M(version=v, member_id=m.member_id, group_instance_id=m.group_instance_id,
-                           client_id=m.client_id, client_host=m.client_host, member_metadata=m.metadata,
-                           member_assignment=m.assignment) for m in members],
-                     authorized_operations=as_bitfield(_group_ops(ctx, asked, d_err, group_id))))
-    return DescribeGroupsResponse(version=v, throttle_time_ms=0, groups=out)
+        entry = described.get(group_id)
+        if entry is None:
+            if gc is None or not _group_ok(ctx, AclOperation.DESCRIBE, group_id):
+                d_err = E.COORDINATOR_NOT_AVAILABLE if gc is None else E.GROUP_AUTHORIZATION_FAILED
+                state, ptype, proto, members = "", "", "", []
+                message = None
+            else:
+                d = gc.describe_group(group_id)
+                d_err, state, ptype, proto, members = d.error, d.state, d.protocol_type, d.protocol, d.members
+                message = None
+                if d_err == E.GROUP_ID_NOT_FOUND:
+                    if v >= 6:
+                        message = f"Group {group_id} not found."
+                    else:
+                        d_err = E.NONE  # older versions describe an unknown group as Dead
+            ops = as_bitfield(_group_ops(ctx, asked, d_err, group_id))
+            entry = described[group_id] = (group_id, d_err, message, state, ptype, proto, members, ops)
+        entries.append(entry)
+        size += 1 + len(entry[6])
+
+    def build() -> DescribeGroupsResponse:
+        # Reads only `entries`: immutable descriptions taken above (safe on an executor thread).
+        # Repeats of an id share one built entry; the encoder writes it once per repeat.
+        built: dict[str, DescribeGroupsResponse.DescribedGroup] = {}
+        for group_id, d_err, message, state, ptype, proto, members, ops in entries:
+            if group_id not in built:
+                built[group_id] = G(
+                    version=v, error_code=d_err, error_message=message, group_id=group_id, group_state=state,
+                    protocol_type=ptype, protocol_data=proto, members=[
+                        M(version=v, member_id=m.member_id, group_instance_id=m.group_instance_id,
+                          client_id=m.client_id, client_host=m.client_host, member_metadata=m.metadata,
+                          member_assignment=m.assignment) for m in members],
+                    authorized_operations=ops)
+        return DescribeGroupsResponse(version=v, throttle_time_ms=0, groups=[built[e[0]] for e in entries])
+
+    if size < OFFLOAD_ENTRIES:
+        return build()
+    return await encode_off_loop(build, v)
 
 
 @api(42, 0, 2)
