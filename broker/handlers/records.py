@@ -65,8 +65,10 @@ async def handle_delete_records(ctx: RequestContext, request) -> DeleteRecordsRe
         await _wait_for_followers(ctx, request.timeout_ms, pending, results)
     topics = []
     for t in request.topics:
-        parts = [PartRes(version=v, partition_index=p.partition_index, low_watermark=results[(t.name, p.partition_index)][1],
-                         error_code=results[(t.name, p.partition_index)][0]) for p in t.partitions]
+        parts = []
+        for p in t.partitions:
+            code, low = results[(t.name, p.partition_index)]
+            parts.append(PartRes(version=v, partition_index=p.partition_index, low_watermark=low, error_code=code))
         topics.append(TopicRes(version=v, name=t.name, partitions=parts))
     return DeleteRecordsResponse(version=v, throttle_time_ms=0, topics=topics)
 

@@ -51,7 +51,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest
 
 from tests.helpers.broker_proc import REPO_ROOT
 from tests.helpers.cluster_proc import BrokerCluster
-from tests.helpers.cluster_state import start_when_lease_gone, stop_and_check, wait_full_isr, wait_until
+from tests.helpers.cluster_state import checked_cluster, start_when_lease_gone, wait_full_isr, wait_until
 from tests.helpers.etcd_proc import EtcdProcess
 from tests.helpers.wire import send_request
 
@@ -95,15 +95,9 @@ class Spec:
 
 @pytest.fixture
 def cluster(etcd: EtcdProcess, tmp_path: Path) -> Iterator[BrokerCluster]:
-    c = BrokerCluster(etcd, tmp_path, 3, **OVERRIDES)
-    for b in c.brokers.values():
-        b.env["KBROKERTEST_DELAY_POINT"] = f"txn.before_markers:{MARKER_DELAY_MS}"
-    try:
-        c.start()
+    delay = {"KBROKERTEST_DELAY_POINT": f"txn.before_markers:{MARKER_DELAY_MS}"}
+    with checked_cluster(etcd, tmp_path, 3, {node: delay for node in (1, 2, 3)}, **OVERRIDES) as c:
         yield c
-    finally:
-        problems = stop_and_check(c)
-    assert not problems, "\n\n".join(problems)
 
 
 # -- copiers -------------------------------------------------------------------------------------

@@ -206,13 +206,17 @@ def stop_and_check(cluster: BrokerCluster) -> list[str]:
 
 
 @contextlib.contextmanager
-def checked_cluster(etcd: EtcdProcess, path: Path, brokers: int = 3, **overrides: str) -> Iterator[BrokerCluster]:
-    """A started cluster for a test; afterwards every broker is stopped and stop_and_check must find
+def checked_cluster(etcd: EtcdProcess, path: Path, brokers: int = 3, env: dict[int, dict[str, str]] | None = None,
+                    **overrides: str) -> Iterator[BrokerCluster]:
+    """A started cluster for a test; ``env`` adds environment variables per node id (fault injection).
+    Afterwards every broker is stopped, and when the test itself passed, stop_and_check must find
     nothing wrong (a non-zero exit on SIGTERM, a traceback in a log)."""
     c = BrokerCluster(etcd, path, brokers, **overrides)
+    for node, extra in (env or {}).items():
+        c.brokers[node].env.update(extra)
     try:
         c.start()
         yield c
     finally:
         problems = stop_and_check(c)
-        assert not problems, "\n".join(problems)
+    assert not problems, "\n\n".join(problems)

@@ -17,7 +17,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest
 
 from coordinator.partition_access import partition_for
 from tests.helpers.cluster_proc import BrokerCluster
-from tests.helpers.cluster_state import WAIT_S, live, stop_and_check, view, wait_full_isr, wait_until
+from tests.helpers.cluster_state import WAIT_S, checked_cluster, live, view, wait_full_isr, wait_until
 from tests.helpers.etcd_proc import EtcdProcess
 from tests.helpers.fault_cluster import create_topic
 from tests.helpers.wire import send_request
@@ -41,15 +41,8 @@ def coord_cluster(etcd: EtcdProcess, base: Path, env: dict[int, dict[str, str]] 
     """Three brokers (node ids 1-3) with COORD_OVERRIDES; ``env`` adds environment variables per node
     (fault injection on one broker only). At exit every broker is stopped and the test fails on a
     traceback in a broker log or a non-zero exit on SIGTERM (cluster_state.stop_and_check)."""
-    cluster = BrokerCluster(etcd, base, 3, **{**COORD_OVERRIDES, **overrides})
-    for node, extra in (env or {}).items():
-        cluster.brokers[node].env.update(extra)
-    try:
-        cluster.start()
+    with checked_cluster(etcd, base, 3, env, **{**COORD_OVERRIDES, **overrides}) as cluster:
         yield cluster
-    finally:
-        problems = stop_and_check(cluster)
-    assert not problems, "\n\n".join(problems)
 
 
 def find_coordinator(bootstrap: str, key: str, key_type: int) -> tuple[int, int]:
