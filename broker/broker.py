@@ -1,40 +1,49 @@
 """The broker process: wires config, metadata, storage, coordinators and the server together,
 runs the background schedulers (flush, retention, checkpoints, cleaner) and shuts down cleanly.
 
-The flush scheduler (flush.ms, segments rolled since the last flush) goes through
-ReplicaManager.flush like the produce path: plan on the loop, fsync in the executor, complete on
-the loop, never two flushes of one log at once. Shutdown waits for flushes in flight before the
-final synchronous flush of every log.
+The broker is the composition root: it builds the parts in order (metadata store, logs, the
+replica manager, coordinators, the services handlers see, the listeners) and hands each one only
+what it uses; no part holds the broker itself. The flush scheduler (flush.ms, segments rolled
+since the last flush) goes through broker.log_flusher like the produce path: plan on the loop,
+fsync in the executor, complete on the loop, never two flushes of one log at once. Shutdown waits
+for flushes in flight before the final synchronous flush of every log.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from broker import inter_broker_security
-from broker.admin_limits import MAX_PARTITIONS_CONFIG, check_broker_partitions
-from broker.config import BrokerConfig, log_config_properties
+from broker import inter_broker_security, log_flusher
+from broker.config import BrokerConfig, log_config_properties, topic_log_config
 from broker.config.listeners import unimplemented_listeners
 from broker.coordinator_bridge import LocalPartitionAccess
 from broker.fetch_sessions import FetchSessionCache
 from broker.handlers import load_handlers
 from broker.inter_broker import InterBrokerClients
-from broker.metadata import INTERNAL_TOPICS, BrokerInfo, LocalMetadataStore, MetadataStore, TopicInfo
+from broker.partition import Partition
 from broker.replica_manager import ReplicaManager
+from broker.replication.env import ReplicaEnv
 from broker.server import KafkaServer
+from broker.services import BrokerServices
+from broker.topic_admin import TopicAdmin
+from broker.txn_marker_channel import MarkerChannel
+from broker.txn_marker_writer import MarkerWriter
+from broker.txn_verification import TxnVerifier
+from cluster.local_store import LocalMetadataStore
+from cluster.metadata_store import INTERNAL_TOPICS, BrokerInfo, MetadataStore, TopicInfo
+from coordinator.group_coordinator import GroupCoordinator
 from coordinator.producer_id_manager import ProducerIdManager
 from coordinator.txn_coordinator import TransactionCoordinator
-from protocol.errors import ErrorCode
+from security.authorizer import authorizer_from_config
+from security.quotas import ClientQuotaManager
 from storage.cleaner import LogCleaner, should_clean
 from storage.dir_lock import lock_dirs
-from storage.log_config import LogConfig
 from storage.log_manager import LogManager
 from storage.producer_state import ProducerStateManager
 
@@ -50,33 +59,33 @@ class Broker:
         self.config = config
         self.node_id: int = config.node_id
         self.log_dirs = [Path(d).resolve() for d in config.log_dirs]
+        # Built by start(), in this order.
         self.metadata: MetadataStore
         self.log_manager: LogManager
-        self.replica_manager = ReplicaManager(self)
+        self.inter_broker: InterBrokerClients | None = None  # cluster mode: markers, KIP-890 verification
+        self.verifier: TxnVerifier
+        self.replica_manager: ReplicaManager
+        self.topics: TopicAdmin
+        self.producer_ids: ProducerIdManager
+        self.txn_coordinator: TransactionCoordinator
+        self.group_coordinator: GroupCoordinator | None = None
+        self.marker_writer: MarkerWriter
+        self.services: BrokerServices
         # Followers' incremental fetch sessions (KIP-227), served by the Fetch handler.
         self.fetch_sessions = FetchSessionCache(int(config.get("max.incremental.fetch.session.cache.slots")))
-        self.inter_broker = InterBrokerClients(self)  # cluster mode: markers, KIP-890 verification
-        self.server = KafkaServer(self)
-        self.producer_ids: ProducerIdManager
+        self.quotas = ClientQuotaManager(lambda: self.metadata.client_quotas(), int(config.get("quota.window.num")),
+                                         int(config.get("quota.window.size.seconds")))
+        self.server = KafkaServer(config, self.quotas)
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self._cleaner: Any = None
         self._uncleanable: set[str] = set()
         self.bound: list[tuple[str, int]] = []
-        self._reserved = 0  # partitions of creations between their limit check and metadata write
         self.cluster: Any = None  # cluster.node.ClusterNode in cluster mode
         self.metrics_endpoint: Any = None  # broker.metrics.endpoint.MetricsEndpoint when configured
 
-    # --- configuration helpers ---------------------------------------------------------------
-
     def topic_properties(self, overrides: dict[str, str]) -> dict[str, str]:
         return log_config_properties(overrides, self.config)
-
-    def log_config_for(self, overrides: dict[str, str]) -> LogConfig:
-        return LogConfig.from_properties(self.topic_properties(overrides))
-
-    def max_message_bytes_for(self, overrides: dict[str, str]) -> int:
-        return int(self.topic_properties(overrides).get("max.message.bytes", self.config.message_max_bytes))
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -88,7 +97,7 @@ class Broker:
                                     for li, proto in refused) + " (only PLAINTEXT is served); refusing to start")
         self.server.check_listeners()  # TLS / SASL settings usable: refuse before touching the dirs
         if self.config.get("kbroker.etcd.endpoints"):  # and the client side of the inter-broker listener
-            inter_broker_security.check(self)
+            inter_broker_security.check(self.config)
         for d in self.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
         # Before anything in the dirs is read or written; held until the process exits.
@@ -106,12 +115,14 @@ class Broker:
             default = name.startswith("cluster-default:")
             self.config.set_dynamic(name.removeprefix("cluster-default:"), value, cluster_default=default)
         topics = self.metadata.topics()
+        cfg = self.config
         # Logs are opened (and recovered) with their topic's configuration, as Kafka does.
         self.log_manager = LogManager(
-            self.log_dirs, self.log_config_for({}), producer_state_factory=self._producer_state_factory(),
-            config_for_topic=lambda t: self.log_config_for(topics[t].configs) if t in topics else None)
+            self.log_dirs, topic_log_config({}, cfg), producer_state_factory=self._producer_state_factory(),
+            config_for_topic=lambda t: topic_log_config(topics[t].configs, cfg) if t in topics else None)
         t0 = time.perf_counter()
         self.log_manager.startup()
+        self._build_partitions()
         for info in self.metadata.topics().values():
             lm = self.log_manager
             if info.internal or all(lm.get_log(info.name, p) is not None for p in range(info.num_partitions)):
@@ -130,20 +141,19 @@ class Broker:
         self._init_producer_ids()
         if self.cluster is not None:
             await self.producer_ids.ready()
-        self.partition_access = LocalPartitionAccess(self)
-        self.txn_coordinator = TransactionCoordinator(self.partition_access, self.config, self.producer_ids)
-        # Cluster mode (issue 15): coordinators serve the internal partitions this broker leads.
-        self.txn_coordinator.follows_leadership = self.cluster is not None
-        await self.txn_coordinator.start()
-        self.group_coordinator = _make_group_coordinator(self.partition_access, self.config, self.node_id)
-        if self.group_coordinator is not None:
-            if self.cluster is not None and hasattr(self.group_coordinator, "follows_leadership"):
-                self.group_coordinator.follows_leadership = True
-            await self.group_coordinator.start()
+        await self._start_coordinators()
         if self.cluster is not None:
             for part in list(self.replica_manager.all()):
                 self.partition_role_changed(part)
-        self.bound = await self.server.start()
+        self.services = BrokerServices(
+            node_id=self.node_id, config=cfg, log_dirs=self.log_dirs, metadata=self.metadata,
+            partitions=self.replica_manager, topics=self.topics, txn_coordinator=self.txn_coordinator,
+            group_coordinator=self.group_coordinator, producer_ids=self.producer_ids, verifier=self.verifier,
+            markers=self.marker_writer, fetch_sessions=self.fetch_sessions, quotas=self.quotas,
+            authorizer=authorizer_from_config(cfg.get, lambda: self.metadata.acls()),
+            listener_security=self.server.check_listeners, inter_broker=self.inter_broker,
+            clustered=self.cluster is not None)
+        self.bound = await self.server.start(self.services)
         if listener := self.config.get("kbroker.prometheus.listener"):
             from broker.metrics.endpoint import MetricsEndpoint
 
@@ -162,6 +172,37 @@ class Broker:
         self.replica_manager.start_replication()
         log.info("kbroker node %d started (cluster id %s), log dirs %s", self.node_id, self.metadata.cluster_id,
                  ", ".join(map(str, self.log_dirs)))
+
+    def _build_partitions(self) -> None:
+        """The replica manager over the opened logs, with what it needs: the transaction verifier
+        and, in a cluster, inter-broker connections (followers' fetchers, markers, verification)."""
+        cfg = self.config
+        clustered = self.cluster is not None
+        if clustered:
+            self.inter_broker = InterBrokerClients(self.node_id, cfg, self.metadata)
+
+        async def connect(host: str, port: int, client_id: str) -> Any:
+            return await inter_broker_security.connect(cfg, host, port, client_id=client_id)
+
+        env = ReplicaEnv(self.node_id, cfg, self.metadata, self.cluster, connect if clustered else None)
+        self.verifier = TxnVerifier(self.node_id, self.metadata, self.inter_broker)
+        self.replica_manager = ReplicaManager(env, self.log_manager, self.verifier,
+                                              on_role_change=self.partition_role_changed)
+        self.topics = TopicAdmin(cfg, self.metadata, self.replica_manager, clustered=clustered)
+
+    async def _start_coordinators(self) -> None:
+        cfg = self.config
+        self.marker_writer = MarkerWriter(self.replica_manager, lambda: self.group_coordinator)
+        channel = MarkerChannel(self.node_id, self.metadata, self.marker_writer, self.inter_broker)
+        access = LocalPartitionAccess(self.node_id, cfg, self.replica_manager, self.topics, channel)
+        self.txn_coordinator = TransactionCoordinator(access, cfg, self.producer_ids)
+        self.verifier.coordinator = self.txn_coordinator
+        # Cluster mode (issue 15): coordinators serve the internal partitions this broker leads.
+        self.txn_coordinator.follows_leadership = self.cluster is not None
+        await self.txn_coordinator.start()
+        self.group_coordinator = GroupCoordinator(access, cfg, self.node_id)
+        self.group_coordinator.follows_leadership = self.cluster is not None
+        await self.group_coordinator.start()
 
     async def _join_cluster(self, advertised: Any) -> MetadataStore:
         """Cluster mode (kbroker.etcd.endpoints set; cluster/node.py): etcd session, cluster id
@@ -233,10 +274,10 @@ class Broker:
             self.replica_manager.update_configs(info.name, info.configs)
         elif event == "leaders":
             self.replica_manager.update_leadership(info.name)
-        if event in ("created", "deleted") and getattr(self, "group_coordinator", None) is not None:
+        if event in ("created", "deleted") and self.group_coordinator is not None:
             self.group_coordinator.on_topics_changed()  # KIP-848 regex subscriptions are resolved again
 
-    def partition_role_changed(self, part: Any) -> None:
+    def partition_role_changed(self, part: Partition) -> None:
         """Cluster mode (issue 15): a coordinator serves exactly the internal partitions this
         broker leads. It loads one when this broker becomes its leader (the transaction
         coordinator at the leader epoch, its coordinator epoch) and unloads it when the
@@ -244,7 +285,7 @@ class Broker:
         after every role decision."""
         if self.cluster is None or part.topic not in INTERNAL_TOPICS:
             return
-        coord = next((c for c in (getattr(self, "group_coordinator", None), getattr(self, "txn_coordinator", None))
+        coord = next((c for c in (self.group_coordinator, getattr(self, "txn_coordinator", None))
                       if c is not None and c.topic == part.topic and hasattr(c, "unload_partition")), None)
         if coord is None:
             return
@@ -258,64 +299,6 @@ class Broker:
         elif not coord.is_loaded(p):
             task = asyncio.create_task(coord.load_partition(p), name=f"load-{part.topic}-{p}")
             self._tasks.append(task)
-
-    def verify_txn_partition(self, transactional_id: str | None, producer_id: int, producer_epoch: int,
-                             topic: str, partition: int) -> int:
-        """KIP-890 part 1: a transactional write must target a partition already added to the
-        producer's ongoing transaction. One node asks its own coordinator; a cluster will send
-        AddPartitionsToTxn(verify_only) to the coordinator's broker."""
-        if not transactional_id:
-            return ErrorCode.INVALID_TXN_STATE
-        return self.txn_coordinator.verify_partition(transactional_id, producer_id, producer_epoch, topic, partition)
-
-    async def create_topic(self, name: str, num_partitions: int, configs: dict[str, str],
-                           *, internal: bool = False, replication_factor: int = -1,
-                           assignment: dict[int, list[int]] | None = None) -> TopicInfo:
-        """Register the topic, then wait until its partitions exist here. The registration is
-        one atomic metadata write: if the broker stops before the logs are all created, the
-        topic is registered and the next start creates the missing ones. Replication factor
-        and assignment matter in cluster mode only (a single node holds every partition)."""
-        internal = internal or name in INTERNAL_TOPICS
-        placement = ({"replication_factor": replication_factor, "assignment": assignment}
-                     if self.cluster is not None else {})
-        with self._reserve_partitions(0 if internal else num_partitions):
-            info = await self.metadata.create_topic(name, num_partitions, configs, internal=internal, **placement)
-        await self.replica_manager.wait_created(info.name)
-        return info
-
-    async def delete_topic(self, name: str) -> TopicInfo:
-        """Unregister the topic (it stops being served at once), then wait until its files are
-        deleted, in steps off the loop."""
-        info = await self.metadata.delete_topic(name)
-        await self.replica_manager.wait_deleted(info.name)
-        return info
-
-    async def add_partitions(self, name: str, total: int) -> TopicInfo:
-        info = self.metadata.check_partition_increase(name, total)
-        with self._reserve_partitions(0 if info.internal else total - info.num_partitions):
-            info = await self.metadata.add_partitions(name, total)
-        await self.replica_manager.wait_created(info.name)
-        return info
-
-    def partition_count(self) -> int:
-        """Partitions counted against kbroker.max.partitions: those of non-internal topics, plus
-        those of creations checked but not yet registered."""
-        return sum(t.num_partitions for t in self.metadata.topics().values() if not t.internal) + self._reserved
-
-    def check_partition_limit(self, adding: int) -> None:
-        check_broker_partitions(self.partition_count(), adding, int(self.config.get(MAX_PARTITIONS_CONFIG)))
-
-    @contextlib.contextmanager
-    def _reserve_partitions(self, adding: int) -> Iterator[None]:
-        """Check kbroker.max.partitions and hold ``adding`` against it until the metadata write
-        (which counts them from then on) is done: concurrent creations cannot both pass."""
-        if adding:
-            self.check_partition_limit(adding)
-        self._reserved += adding
-        try:
-            yield
-        finally:
-            self._reserved -= adding
 
     # --- schedulers --------------------------------------------------------------------------
 
@@ -349,12 +332,11 @@ class Broker:
 
     async def _flush_due(self) -> None:
         now = _now_ms()
-        rm = self.replica_manager
         pending = []
-        for part in list(rm.all()):
+        for part in list(self.replica_manager.all()):
             target = part.log.flush_target(now)
             if target is not None:
-                pending.append(rm.flush(part, target))
+                pending.append(log_flusher.flush(part, target))
         if pending:
             # Failures are logged by the flusher; the next round retries (the segments stay dirty).
             await asyncio.gather(*pending, return_exceptions=True)
@@ -413,7 +395,8 @@ class Broker:
         await self.replica_manager.cancel_creations()
         await self.replica_manager.stop_replication()  # first: no acks=all request may hold the listeners
         await self.server.stop()
-        await self.inter_broker.close()
+        if self.inter_broker is not None:
+            await self.inter_broker.close()
         if self.metrics_endpoint is not None:
             await self.metrics_endpoint.stop()
         await self.txn_coordinator.stop()
@@ -427,16 +410,6 @@ class Broker:
         if self.cluster is not None:
             await self.cluster.stop()  # last: deregistering hands this broker's leaderships over
         log.info("shut down cleanly")
-
-
-def _make_group_coordinator(access: LocalPartitionAccess, config: BrokerConfig, node_id: int) -> Any:
-    try:
-        from coordinator.group_coordinator import GroupCoordinator
-    except ModuleNotFoundError as e:  # consumer groups are still being built
-        if e.name != "coordinator.group_coordinator":
-            raise
-        return None
-    return GroupCoordinator(access, config, node_id)
 
 
 def _uuid_str(u: uuid.UUID) -> str:

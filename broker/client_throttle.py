@@ -6,7 +6,7 @@
   ``consumer_byte_rate``; over the quota, the bytes are "unrecorded" and the answer is an empty
   response with ``throttle_time_ms`` (Kafka's getThrottledResponse), so a throttled consumer gets
   nothing it would have to account for.
-- KIP-219: the server (broker/server.py) then mutes the connection for the throttle time. Clients
+- KIP-219: the connection (broker/connection.py) then mutes the connection for the throttle time. Clients
   that throttle themselves (ProduceResponse v6+, FetchResponse v8+) get the answer at once; older
   versions get it after the throttle time, as Kafka does.
 """
@@ -17,6 +17,7 @@ import struct
 import time
 from typing import Any
 
+from broker.fetch_sessions import fetch_replica_id
 from broker.handlers import RawResponse
 from protocol.fast_codecs import encode_fetch_response
 from security.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotaManager
@@ -27,12 +28,6 @@ CLIENT_THROTTLES = {0: 6, 1: 8}
 
 def _user(principal: str) -> str:
     return principal.partition(":")[2] or principal
-
-
-def fetch_replica_id(request: Any) -> int:
-    """The replica id of a Fetch (top level before v15, in replica_state from v15): >= 0 for a follower."""
-    state = getattr(request, "replica_state", None)
-    return state.replica_id if state is not None else getattr(request, "replica_id", -1)
 
 
 def apply(quotas: ClientQuotaManager, key: int, version: int, principal: str, client_id: str | None,

@@ -11,7 +11,10 @@ carries the version of each marker.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cluster.metadata_store import MetadataStore
 
 TRANSACTION_VERSION = "transaction.version"
 
@@ -24,14 +27,14 @@ TV2_PRODUCE_VERSION = 12
 TV2_TXN_OFFSET_COMMIT_VERSION = 5
 
 
-def finalized_level(broker: Any, feature: str) -> int:
-    return int(broker.metadata.finalized_features().get(feature, 0))
+def finalized_level(metadata: MetadataStore, feature: str) -> int:
+    return int(metadata.finalized_features().get(feature, 0))
 
 
-def transaction_version(broker: Any, request_version: int, first_tv2_version: int) -> int:
+def transaction_version(metadata: MetadataStore, request_version: int, first_tv2_version: int) -> int:
     """The transaction version a request is handled with: 2 only when the client sent a TV2
     request version *and* the cluster finalized transaction.version >= 2 (Kafka checks both,
     so a downgrade to 1 turns TV2 semantics off even for clients that still send v5/v12)."""
-    if request_version >= first_tv2_version and finalized_level(broker, TRANSACTION_VERSION) >= 2:
+    if request_version >= first_tv2_version and finalized_level(metadata, TRANSACTION_VERSION) >= 2:
         return 2
     return 0

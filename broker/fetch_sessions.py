@@ -28,6 +28,7 @@ from __future__ import annotations
 import random
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
@@ -36,6 +37,12 @@ FINAL_EPOCH = -1
 def next_epoch(epoch: int) -> int:
     """Kafka's FetchMetadata.nextEpoch: 1, 2, ... and back to 1 after Int.MaxValue."""
     return 1 if epoch >= 2**31 - 1 else epoch + 1
+
+
+def fetch_replica_id(request: Any) -> int:
+    """The replica id of a Fetch (top level before v15, in replica_state from v15): >= 0 for a follower."""
+    state = getattr(request, "replica_state", None)
+    return state.replica_id if state is not None else getattr(request, "replica_id", -1)
 
 
 @dataclass(slots=True)

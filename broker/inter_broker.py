@@ -13,13 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from broker import inter_broker_security
+from broker.config import BrokerConfig
+from cluster.metadata_store import MetadataStore
 from protocol.client import ProtocolClient
-
-if TYPE_CHECKING:
-    from broker.broker import Broker
 
 log = logging.getLogger("broker.inter_broker")
 
@@ -27,18 +26,15 @@ CONNECT_TIMEOUT_S = 10.0
 
 
 class InterBrokerClients:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, node_id: int, config: BrokerConfig, metadata: MetadataStore) -> None:
+        self.node_id = node_id
+        self.config = config
+        self.metadata = metadata
         self._clients: dict[int, tuple[tuple[str, int], ProtocolClient]] = {}
         self._locks: dict[int, asyncio.Lock] = {}
 
     def address(self, node_id: int) -> tuple[str, int] | None:
-        cfg = self.broker.config
-        listener = cfg.get("inter.broker.listener.name") or cfg.listeners[0].name
-        for b in self.broker.metadata.brokers():
-            if b.node_id == node_id:
-                return b.address(listener)
-        return None
+        return inter_broker_security.peer_address(self.config, self.metadata, node_id)
 
     async def _client(self, node_id: int) -> ProtocolClient:
         addr = self.address(node_id)
@@ -55,7 +51,7 @@ class InterBrokerClients:
             if known is not None:
                 await self._drop(node_id)
             client = await asyncio.wait_for(inter_broker_security.connect(
-                self.broker, addr[0], addr[1], client_id=f"broker-{self.broker.node_id}"), CONNECT_TIMEOUT_S)
+                self.config, addr[0], addr[1], client_id=f"broker-{self.node_id}"), CONNECT_TIMEOUT_S)
             self._clients[node_id] = (addr, client)
             return client
 

@@ -37,8 +37,8 @@ from security import tls
 from security.sasl import SUPPORTED_MECHANISMS, ListenerSasl, SaslConfigError, parse_jaas_options
 
 if TYPE_CHECKING:
-    from broker.broker import Broker
     from broker.config import BrokerConfig
+    from cluster.metadata_store import MetadataStore
 
 log = logging.getLogger("broker.inter_broker_security")
 
@@ -68,6 +68,15 @@ def listener_name(config: BrokerConfig) -> str:
     return config.get("inter.broker.listener.name") or config.listeners[0].name
 
 
+def peer_address(config: BrokerConfig, metadata: MetadataStore, node_id: int) -> tuple[str, int] | None:
+    """The advertised address of broker ``node_id`` on the inter-broker listener (None: unknown)."""
+    listener = listener_name(config)
+    for b in metadata.brokers():
+        if b.node_id == node_id:
+            return b.address(listener)
+    return None
+
+
 def build(config: BrokerConfig) -> InterBrokerSecurity:
     """What a connection to another broker's inter-broker listener needs (raises InterBrokerSecurityError)."""
     listener = listener_name(config)
@@ -82,16 +91,16 @@ def build(config: BrokerConfig) -> InterBrokerSecurity:
     return InterBrokerSecurity(listener, protocol, context, creds)
 
 
-def check(broker: Broker) -> None:
+def check(config: BrokerConfig) -> None:
     """At start in cluster mode: refuse what could not connect to the other brokers."""
-    build(broker.config)
+    build(config)
 
 
-async def connect(broker: Broker, host: str, port: int, *, client_id: str) -> ProtocolClient:
+async def connect(config: BrokerConfig, host: str, port: int, *, client_id: str) -> ProtocolClient:
     """A connected (and authenticated) client to another broker's inter-broker listener at host:port.
     An authentication failure is logged (rate-limited) and raised as SaslAuthenticationError, a
     ConnectionError: callers back off and retry as for a lost connection."""
-    client = build(broker.config).client(host, port, client_id=client_id)
+    client = build(config).client(host, port, client_id=client_id)
     try:
         await client.connect()
     except (SaslAuthenticationError, ssl.SSLError) as e:

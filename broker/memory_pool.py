@@ -8,7 +8,7 @@ reading from sockets until handled requests give memory back. Connections are ne
 Here a frame is *admitted* when its size prefix has been read and the pool has memory left; its
 whole size is then counted against the pool (as Kafka does), so a frame that started can always
 finish and pools cannot deadlock on half-read frames. The bytes actually held grow with the bytes
-that arrive (see broker/server.py); the pool bounds the commitments.
+that arrive (see broker/connection.py); the pool bounds the commitments.
 """
 
 from __future__ import annotations

@@ -1,657 +1,74 @@
-"""The asyncio TCP server: size-prefixed frames in, responses out in request order.
+"""The Kafka listeners of a broker: one asyncio server per listener, each accepted socket a
+broker.connection.KafkaConnection; what connections share (the scratch read buffer, the memory
+pool bounding ``queued.max.request.bytes``, connection quotas, client quotas, request statistics);
+and Kafka's idle expiry: connections with nothing in flight and no bytes in or out for
+``connections.max.idle.ms`` are closed.
 
-Like Kafka, each connection is served one request at a time (a connection is "muted" while its
-request is in flight), so pipelined requests are applied and answered in the order sent.
-Responses ready back to back are coalesced into one write. Bad input (oversized or truncated
-frames, unknown api keys or versions, undecodable bodies, a non-nullable field sent as null)
-closes only that connection, with one WARN line and no response, before any handler runs, as
-Kafka does; ApiVersions with a version we do not know gets the v0 UNSUPPORTED_VERSION answer.
-
-Memory (Kafka's Selector + MemoryPool): reads land in one scratch buffer shared by all
-connections (the loop reads one socket at a time), so an idle connection holds no buffer. A frame
-that does not arrive whole in one read gets its own buffer, which grows as its bytes arrive
-rather than being sized from the 4-byte prefix; frames count against ``queued.max.request.bytes``
-from admission until handled, and while that bound is reached connections stop reading (they are
-not closed). Connections with nothing in flight and no bytes in or out for
-``connections.max.idle.ms`` are closed, as Kafka's idle expiry does.
-
-Zero-copy fetch: a Fetch response may name record ranges still in the segment files
-(storage.log.FileSlice). On a plaintext listener whose transport has nothing queued they go out
-with os.sendfile and the response is written on the socket directly, to its end, before the next
-one; on TLS listeners, or behind queued bytes, they are read (pread) and written like other bytes.
-
-Security (design.md 6b): SSL and SASL_SSL listeners speak TLS only (the socket is wrapped before
-any byte is read, so a plaintext client gets no Kafka response); with a client certificate the
-principal is its mapped subject. On SASL listeners a connection is authenticated by
-broker/handlers/sasl.py's ``SaslSession`` before any other request is served.
+Security (design.md 6b): every listener's TLS context and SASL settings are built before the broker
+touches its log dirs; SSL and SASL_SSL listeners speak TLS only, so a plaintext client gets no
+Kafka response.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
-import itertools
 import logging
 import os
-import struct
-import termios
 import time
-from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from kafka.protocol.metadata import ApiVersionsResponse
-
-from broker import client_throttle, listener_security
+from broker import listener_security
+from broker.config import BrokerConfig
+from broker.connection import KafkaConnection
 from broker.connection_quotas import NAMES as CONNECTION_LIMITS
 from broker.connection_quotas import ConnectionQuotas
-from broker.handlers import HANDLERS, RawResponse, RequestContext
-from broker.handlers.sasl import ANONYMOUS, SaslSession
 from broker.memory_pool import MemoryPool
 from broker.metrics.stats import RequestStats
-from protocol.api_table import get_spec
-from protocol.errors import ErrorCode
-from protocol.headers import (
-    HeaderError,
-    encode_response_prefix,
-    parse_request_header,
-    skip_tagged_fields,
-)
-from protocol.null_check import checker_for
-from protocol.response_summary import error_summary
+from broker.services import BrokerServices
 from security.quotas import ClientQuotaManager
-from storage.log import FileSlice
-from storage.log import SliceGoneError as SliceGone
-
-if TYPE_CHECKING:
-    from broker.broker import Broker
 
 log = logging.getLogger("broker.server")
-request_log = logging.getLogger("kbroker.request")
 
-_SIZE = struct.Struct(">i")
-# APIs whose handling may park (long poll, waiting for a rebalance): flush earlier responses first.
-_PARKING_APIS = frozenset({1, 11, 14})
-_conn_ids = itertools.count(1)
 # One read buffer for the whole server: get_buffer() and buffer_updated() run back to back for one
 # socket at a time on the loop thread, so connections never need their own between reads.
 _SCRATCH_SIZE = 64 * 1024
-# A frame that spans reads gets a buffer of _GROWTH x the bytes received so far (at least
-# _MIN_PARTIAL), regrown by the same factor when full, capped at the frame size: memory held stays
-# within _GROWTH x what arrived, and the copies made while growing add up to about 1/(_GROWTH-1)
-# of the frame (a factor of 2 copied a whole 1 MB produce frame once more: +30% per round trip).
-_MIN_PARTIAL = 16 * 1024
-_GROWTH = 4
-# Test-only: log at DEBUG how many bytes a partly read frame holds (see tests/integration/test_connection_limits.py).
-_TRACE_BUFFERS = os.environ.get("KBROKERTEST_TRACE_REQUEST_BUFFERS") == "1"
-# Test-only: log each response whose record bytes went out with sendfile (tests/integration/test_zero_copy_fetch.py).
-_TRACE_SENDFILE = os.environ.get("KBROKERTEST_TRACE_SENDFILE") == "1"
-
-
-class CloseConnection(Exception):
-    """Protocol violation: log it and close this connection only."""
-
-
-class KafkaConnection(asyncio.BufferedProtocol):
-    def __init__(self, server: KafkaServer, security: listener_security.ListenerSecurity | None = None) -> None:
-        self.server = server
-        self.security = security
-        self.principal = ANONYMOUS
-        self.sasl: SaslSession | None = None
-        if security is not None and security.sasl is not None:
-            metadata = self.broker_metadata
-            self.sasl = SaslSession(security.sasl, lambda u, m: metadata().scram_credentials().get(u, {}).get(m))
-        self._close_after: str | None = None  # set when the response being sent is the last one
-        self.broker = server.broker
-        self.pool = server.pool
-        self.id = next(_conn_ids)
-        self.transport: asyncio.Transport | None = None
-        self.peer = ("?", 0)
-        # Bytes received but not placed in a frame buffer yet: an incomplete size prefix, or the
-        # start of a frame waiting for the memory pool. Replayed at the front of the next read.
-        self._stash = b""
-        self._stash_in_scratch = 0
-        # The frame being read across several reads: its buffer, bytes filled, and full size.
-        self._partial: bytearray | None = None
-        self._partial_len = 0
-        self._need = 0
-        self._held = 0  # bytes this connection has reserved in the pool
-        self._frames: deque[bytearray] = deque()
-        self._worker: asyncio.Task[None] | None = None
-        self._closed = False
-        self._paused: set[str] = set()  # why reading is paused: "queue", "memory", "slot", "throttle"
-        self._can_write = asyncio.Event()
-        self._can_write.set()
-        self._max_frame = self.broker.config.socket_request_max_bytes
-        self.last_activity = time.monotonic()
-        self._fd = -1  # the socket's descriptor, to ask the kernel how many bytes have arrived
-        # Record ranges go out with os.sendfile, except through TLS, which must encrypt every byte.
-        self._zero_copy = security is None or security.ssl_context is None
-        self.listener_name = security.listener.name if security is not None else ""
-        # KIP-219: after a response over a byte-rate quota the connection is muted this long; clients of
-        # older versions get the response only after it (_throttle).
-        self._throttle_s = 0.0
-        self._throttle_before_response = False
-
-    # --- transport callbacks ----------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        peer = transport.get_extra_info("peername")
-        if peer:
-            self.peer = (peer[0], peer[1])
-        self.server.connections.add(self)
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            self._fd = sock.fileno()
-        if self.security is not None and self.security.ssl_context is not None:
-            self._ssl_principal(transport)
-        if not self._closed:
-            self.server.conn_quotas.accept(self)  # may hold (max.connections) or close (per IP) it
-
-    def hold(self) -> None:
-        """max.connections reached: read nothing until ConnectionQuotas admits the connection."""
-        self._pause("slot")
-        # uvloop starts reading right after connection_made returns, whatever was paused in it.
-        self.server.loop.call_soon(self._repause)
-
-    def _repause(self) -> None:
-        if self._paused and self.transport is not None and not self._closed:
-            self.transport.pause_reading()
-
-    def admit(self) -> None:
-        if "slot" in self._paused:
-            self._resume("slot")
-            if self._frames:
-                self._frames_ready()
-
-    def broker_metadata(self) -> Any:
-        return self.broker.metadata
-
-    def _ssl_principal(self, transport: asyncio.BaseTransport) -> None:
-        """With a verified client certificate (ssl.client.auth requested/required), the principal is its
-        subject mapped by ssl.principal.mapping.rules (Kafka's DefaultKafkaPrincipalBuilder)."""
-        cert = transport.get_extra_info("peercert")
-        if cert and self.security is not None and self.security.principal_mapper is not None:
-            try:
-                self.principal = "User:" + self.security.principal_mapper.name(listener_security.subject_dn(cert))
-            except ValueError as e:
-                log.warning("closing connection %s from %s:%s: %s", self.id, *self.peer, e)
-                self.close()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._closed = True
-        self._can_write.set()
-        self.server.connections.discard(self)
-        self.server.conn_quotas.release(self)
-        self.pool.forget(self.id)
-        if self._worker is not None and not self._worker.done():
-            self._worker.cancel()
-        # Nothing of this connection outlives it: buffers dropped, pool reservations returned.
-        self._frames.clear()
-        self._partial = None
-        self._stash = b""
-        held, self._held = self._held, 0
-        if held:
-            self.pool.release(held)
-
-    def pause_writing(self) -> None:
-        self._can_write.clear()
-
-    def resume_writing(self) -> None:
-        self._can_write.set()
-
-    # --- reading -----------------------------------------------------------------------------
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        if self._partial is not None:
-            if self._partial_len == len(self._partial):
-                self._grow_partial()
-            return memoryview(self._partial)[self._partial_len :]
-        scratch = self.server.scratch
-        k = len(self._stash)
-        if k:
-            scratch[:k] = self._stash
-            self._stash = b""
-        self._stash_in_scratch = k
-        return memoryview(scratch)[k:]
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self.last_activity = time.monotonic()
-        if self._partial is not None:
-            self._partial_len += nbytes
-            if _TRACE_BUFFERS:
-                self._trace_partial()
-            if self._partial_len == self._need:
-                self._frames.append(self._partial)  # already counted in the pool since admission
-                self._partial = None
-                self._frames_ready()
-            return
-        self._parse_scratch(self._stash_in_scratch + nbytes)
-
-    def _parse_scratch(self, n: int) -> None:
-        buf = self.server.scratch
-        pos = 0
-        while n - pos >= 4:
-            size = _SIZE.unpack_from(buf, pos)[0]
-            if size < 0 or size > self._max_frame:
-                log.warning("closing connection %s from %s:%s: frame of %d bytes exceeds socket.request.max.bytes=%d",
-                            self.id, *self.peer, size, self._max_frame)
-                self.close()
-                return
-            if n - pos - 4 < size:
-                break
-            # A bytearray slice: one copy, and writable, so produce can patch offsets in place.
-            self._frames.append(buf[pos + 4 : pos + 4 + size])
-            self._reserve(size)
-            pos += 4 + size
-        if pos < n:
-            self._stash = bytes(buf[pos:n])
-            if n - pos >= 4:
-                self._try_admit()
-        if self._frames:
-            self._frames_ready()
-        if self.pool.exhausted and self._partial is None:
-            self._wait_for_memory()
-
-    def _try_admit(self) -> None:
-        """Start the frame whose beginning is stashed, if the pool has memory left (else wait)."""
-        if self.pool.exhausted:
-            self._wait_for_memory()
-            return
-        stash = self._stash
-        size = _SIZE.unpack_from(stash, 0)[0]
-        have = len(stash) - 4
-        self._reserve(size)
-        self._partial = bytearray(min(size, max(_MIN_PARTIAL, _GROWTH * have, have + self._arrived())))
-        self._partial[:have] = memoryview(stash)[4:]
-        self._partial_len = have
-        self._need = size
-        self._stash = b""
-        if _TRACE_BUFFERS:
-            self._trace_partial()
-
-    def _trace_partial(self) -> None:
-        assert self._partial is not None
-        log.debug("connection %s: request buffer holds %d bytes (%d received of %d)",
-                  self.id, len(self._partial), self._partial_len, self._need)
-
-    def _grow_partial(self) -> None:
-        assert self._partial is not None
-        old = self._partial
-        # A new buffer rather than a resize: the previous read's memoryview may still be exported.
-        self._partial = bytearray(min(self._need, max(_GROWTH * len(old), self._partial_len + self._arrived())))
-        self._partial[: len(old)] = old
-
-    def _arrived(self) -> int:
-        """Bytes already in the kernel's receive buffer (FIONREAD): they have arrived, so a buffer sized
-        to hold them costs no more than what the client really sent, and a fast sender's frame is read
-        into one buffer with no growth copies (a 1 MB produce frame otherwise grows 3 times)."""
-        if self._fd < 0:
-            return 0
-        try:
-            return int.from_bytes(fcntl.ioctl(self._fd, termios.FIONREAD, b"\0\0\0\0"), "little")
-        except OSError:
-            return 0
-
-    def _reserve(self, n: int) -> None:
-        self._held += n
-        self.pool.reserve(n)
-
-    def _release(self, n: int) -> None:
-        if self._held:
-            n = min(n, self._held)
-            self._held -= n
-            self.pool.release(n)
-
-    def _wait_for_memory(self) -> None:
-        if self._closed:
-            return
-        if "memory" not in self._paused:
-            log.debug("connection %s: reading paused, queued.max.request.bytes=%d reached (%d bytes queued)",
-                      self.id, self.pool.limit, self.pool.used)
-        self._pause("memory")
-        self.pool.wait(self.id, self._memory_available)
-
-    def _memory_available(self) -> None:
-        if self._closed:
-            return
-        if len(self._stash) >= 4 and self._partial is None:
-            self._try_admit()
-            if self._partial is None:
-                return  # still no memory: waiting again
-        self._resume("memory")
-
-    def _pause(self, reason: str) -> None:
-        if not self._paused and self.transport is not None and not self._closed:
-            self.transport.pause_reading()
-        self._paused.add(reason)
-
-    def _resume(self, reason: str) -> None:
-        if reason not in self._paused:
-            return
-        self._paused.discard(reason)
-        if not self._paused and self.transport is not None and not self._closed:
-            self.transport.resume_reading()
-
-    def _frames_ready(self) -> None:
-        if "slot" in self._paused:
-            return  # read before the hold took effect: handled once admitted
-        if self._worker is None or self._worker.done():
-            self._worker = self.server.loop.create_task(self._process())
-        if len(self._frames) > self.server.max_queued:
-            self._pause("queue")
-
-    def eof_received(self) -> bool | None:
-        pending = len(self._stash) + (self._partial_len if self._partial is not None else 0)
-        if pending:
-            log.warning("connection %s from %s:%s closed mid-frame (%d bytes of a truncated request dropped)",
-                        self.id, *self.peer, pending)
-        return None
-
-    def close(self) -> None:
-        if not self._closed and self.transport is not None:
-            self._closed = True
-            self.transport.close()
-
-    @property
-    def busy(self) -> bool:
-        """A request is being read, queued or handled (the connection is not idle)."""
-        return bool(self._frames) or self._partial is not None or (
-            self._worker is not None and not self._worker.done())
-
-    # --- request processing ------------------------------------------------------------------
-
-    async def _process(self) -> None:
-        out: list[bytes | memoryview] = []
-        try:
-            while self._frames and not self._closed:
-                frame = self._frames.popleft()
-                if len(self._frames) < self.server.max_queued // 2:
-                    self._resume("queue")
-                if out and int.from_bytes(frame[:2], "big", signed=True) in _PARKING_APIS:
-                    await self._write(out)
-                    out = []
-                try:
-                    chunks = await self._handle(frame)
-                finally:
-                    self._release(len(frame))
-                del frame
-                if chunks:
-                    out.extend(chunks)
-                if self._throttle_s:
-                    await self._throttle(out)
-                    out = []
-                if self._close_after is not None:
-                    # Kafka answers a failed authentication, then closes the connection.
-                    await self._write(out)
-                    log.warning("closing connection %s from %s:%s: %s", self.id, *self.peer, self._close_after)
-                    self.close()
-                    return
-                if out and (not self._frames or len(out) > 64):
-                    await self._write(out)
-                    out = []
-        except CloseConnection as e:
-            if out:
-                await self._write(out)
-            log.warning("closing connection %s from %s:%s: %s", self.id, *self.peer, e)
-            self.close()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("closing connection %s from %s:%s after an unexpected error", self.id, *self.peer)
-            # Answers already computed for earlier pipelined requests still go out, as on a CloseConnection.
-            if out:
-                with contextlib.suppress(Exception):
-                    await self._write(out)
-            self.close()
-
-    async def _throttle(self, out: list[bytes | memoryview]) -> None:
-        """KIP-219 channel muting: nothing more is read or handled on this connection for the
-        throttle time, which starts when the response goes out (Kafka's ThrottledChannel)."""
-        delay, self._throttle_s = self._throttle_s, 0.0
-        self._pause("throttle")
-        try:
-            if self._throttle_before_response:
-                await asyncio.sleep(delay)
-            if out:
-                await self._write(out)
-            if not self._throttle_before_response:
-                await asyncio.sleep(delay)
-        finally:
-            self._resume("throttle")
-
-    async def _write(self, chunks: list[Any]) -> None:
-        if self._closed or self.transport is None:
-            return
-        if not self._can_write.is_set():
-            await self._can_write.wait()
-        self.last_activity = time.monotonic()
-        for c in chunks:
-            if c.__class__ is FileSlice:
-                break
-        else:
-            self.transport.writelines(chunks)
-            return
-        # A Fetch response with record ranges left in the segment files (storage.log.FileSlice).
-        if self._zero_copy and self._fd >= 0 and not self.transport.get_write_buffer_size():
-            await self._send_direct(chunks)
-            return
-        # TLS (bytes must pass through the TLS layer) or data already queued: copy.
-        try:
-            data = [c.read() if c.__class__ is FileSlice else c for c in chunks]
-        except OSError as e:
-            self._slice_gone(e)
-            return
-        self.transport.writelines(data)
-
-    async def _send_direct(self, chunks: list[Any]) -> None:
-        """Write a response on the socket itself, record ranges with os.sendfile (the kernel copies
-        them from the page cache to the socket: no pread into Python bytes, no copy into a write
-        buffer). Only when the transport has nothing queued, so the bytes go out in order; the
-        response is written to the end before the connection's next one (_process awaits this), and
-        nothing else writes to this transport meanwhile. Works on a dup of the socket: if the
-        transport closes its descriptor meanwhile, the number may be reused by another file."""
-        loop = self.server.loop
-        fd = os.dup(self._fd)
-        try:
-            i, off, n = 0, 0, len(chunks)
-            if _TRACE_SENDFILE:
-                log.info("connection %s: sending %d record bytes with sendfile", self.id,
-                         sum(c.size for c in chunks if c.__class__ is FileSlice))
-            while i < n:
-                if self._closed or self.transport is None or self.transport.is_closing():
-                    return
-                c = chunks[i]
-                try:
-                    if c.__class__ is FileSlice:
-                        left = c.size - off
-                        sent = os.sendfile(fd, c.fd(), c.position + off, left) if left else 0
-                        if sent == 0 and left:
-                            raise SliceGone(f"{c}: the file ends before the range")
-                        off += sent
-                        if off >= c.size:
-                            i, off = i + 1, 0
-                        continue
-                    # A run of byte chunks (the header pieces between record ranges): one writev.
-                    j = i
-                    bufs = []
-                    while j < n and chunks[j].__class__ is not FileSlice:
-                        bufs.append(memoryview(chunks[j])[off:] if j == i and off else chunks[j])
-                        j += 1
-                    sent = os.writev(fd, bufs)
-                    while i < j:
-                        rest = len(chunks[i]) - off
-                        if sent < rest:
-                            off += sent
-                            break
-                        sent -= rest
-                        i, off = i + 1, 0
-                except BlockingIOError:
-                    await self._writable(loop, fd)
-                    self.last_activity = time.monotonic()
-                except InterruptedError:
-                    continue
-                except SliceGone as e:
-                    self._slice_gone(e)
-                    return
-                except OSError as e:  # the peer went away (EPIPE, ECONNRESET)
-                    log.debug("connection %s from %s:%s: write failed: %s", self.id, *self.peer, e)
-                    self.close()
-                    return
-        finally:
-            os.close(fd)
-
-    async def _writable(self, loop: Any, fd: int) -> None:
-        fut = loop.create_future()
-
-        def ready() -> None:
-            if not fut.done():
-                fut.set_result(None)
-
-        loop.add_writer(fd, ready)
-        try:
-            await fut
-        finally:
-            loop.remove_writer(fd)
-
-    def _slice_gone(self, e: Exception) -> None:
-        """The records named in a response left the file before they were sent (segment deleted or
-        log truncated meanwhile); the size prefix is already promised, so the connection closes and
-        the client fetches again, as when Kafka's FileRecords finds its file truncated."""
-        log.warning("closing connection %s from %s:%s: fetch response could not be completed: %s",
-                    self.id, *self.peer, e)
-        self.close()
-
-    async def _handle(self, frame: bytearray) -> list[bytes | memoryview] | None:
-        if self.sasl is not None and self.sasl.raw:
-            return self._raw_sasl_token(frame)
-        mv = memoryview(frame)
-        try:
-            header = parse_request_header(mv)
-        except HeaderError as e:
-            raise CloseConnection(f"malformed request header ({e})") from None
-        key, version = header.api_key, header.api_version
-        reg = HANDLERS.get(key)
-        spec = get_spec(key)
-        if reg is None or spec is None:
-            raise CloseConnection(f"unknown or unsupported api key {key} (version {version})")
-        if not reg.min_version <= version <= reg.max_version:
-            if key == 18:
-                return self._api_versions_fallback(header.correlation_id)
-            raise CloseConnection(
-                f"unsupported version {version} of {spec.name} (supported {reg.min_version}-{reg.max_version})")
-        pos = header.body_offset
-        try:
-            if spec.request_flexible(version):
-                pos = skip_tagged_fields(mv, pos)
-            if reg.decoder is not None:
-                # Hand-written decoders (Produce) apply the same nullability rules themselves.
-                request = reg.decoder(mv[pos:], version)
-            else:
-                request = spec.request.decode(mv[pos:], version=version)
-                # Kafka's parse errors for a non-nullable field sent as null or a string longer
-                # than 32767 bytes, before any handler runs.
-                check = checker_for(spec.request, version)
-                if check is not None and (bad := check(request)) is not None:
-                    raise ValueError(bad)
-        except Exception as e:
-            raise CloseConnection(f"could not decode {spec.name} v{version} request: {e}") from None
-        principal = self.principal
-        if self.sasl is not None:
-            if (why := self.sasl.refuse(key, spec.name)) is not None:
-                raise CloseConnection(why)
-            principal = self.sasl.principal or ANONYMOUS
-        ctx = RequestContext(self.broker, key, version, header.correlation_id, header.client_id,
-                             self.peer[0], self.peer[1], self.id, principal, self.listener_name)
-        t0 = time.perf_counter()
-        if self.sasl is not None and key in (17, 36):
-            if key == 17:
-                response, self._close_after = self.sasl.handshake(version, request)
-            else:
-                response, self._close_after = self.sasl.authenticate(version, request)
-            if self.sasl.authenticated and principal != self.sasl.principal:
-                log.debug("connection %s from %s:%s authenticated as %s (%s)", self.id, *self.peer,
-                          self.sasl.principal, self.sasl.mechanism)
-        else:
-            if key == self.server.raise_api:
-                raise RuntimeError(f"test-only failure of api {key} (KBROKERTEST_RAISE_API)")
-            response = await reg.handler(ctx, request)
-            if key in client_throttle.CLIENT_THROTTLES:
-                response, ms = client_throttle.apply(self.server.quotas, key, version, principal, header.client_id,
-                                                     request, len(frame), response)
-                if ms > 0:
-                    self._throttle_s = ms / 1000
-                    self._throttle_before_response = version < client_throttle.CLIENT_THROTTLES[key]
-        self.server.request_stats.record(key, version, time.perf_counter() - t0, response)
-        if request_log.isEnabledFor(logging.DEBUG):
-            request_log.debug("%s v%d corr=%d client=%s conn=%d from=%s:%s took %.3f ms error=%s principal=%s",
-                              spec.name, version, header.correlation_id, header.client_id, self.id, self.peer[0],
-                              self.peer[1], (time.perf_counter() - t0) * 1000, error_summary(key, version, response),
-                              ctx.principal)
-        if response is None:
-            return None
-        if isinstance(response, RawResponse):
-            body_len = response.size
-            prefix = encode_response_prefix(header.correlation_id, body_len, spec.response_header_flexible(version))
-            return [prefix, *response.chunks]
-        body = response.encode(version=version)
-        prefix = encode_response_prefix(header.correlation_id, len(body), spec.response_header_flexible(version))
-        return [prefix, body]
-
-    def _raw_sasl_token(self, frame: bytearray) -> list[bytes | memoryview]:
-        """After SaslHandshake v0 the client sends bare SASL tokens and gets bare tokens back (each
-        size-prefixed, no headers); a failure has no error response in this form: the connection closes."""
-        assert self.sasl is not None
-        try:
-            out = self.sasl.step(bytes(frame))
-        except Exception as e:  # AuthenticationFailed, or a token the mechanism cannot parse
-            raise CloseConnection(f"SASL authentication failed ({self.sasl.mechanism}, SaslHandshake v0): {e}") from None
-        if self.sasl.authenticated:
-            log.debug("connection %s from %s:%s authenticated as %s (%s)", self.id, *self.peer,
-                      self.sasl.principal, self.sasl.mechanism)
-        return [_SIZE.pack(len(out)), out]
-
-    def _api_versions_fallback(self, correlation_id: int) -> list[bytes | memoryview]:
-        from broker.handlers.api_versions import supported_api_keys
-
-        resp = ApiVersionsResponse[0](error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=supported_api_keys(0))
-        body = resp.encode(version=0)
-        return [encode_response_prefix(correlation_id, len(body), False), body]
 
 
 class KafkaServer:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    """``quotas``: the client quotas (byte rates) the connections apply, shared with the handlers."""
+
+    def __init__(self, config: BrokerConfig, quotas: ClientQuotaManager) -> None:
+        self.config = config
+        self.quotas = quotas
+        self.services: BrokerServices  # set by start()
         self.connections: set[KafkaConnection] = set()
         self.servers: list[asyncio.base_events.Server] = []
-        self.max_queued = max(16, int(broker.config.get("queued.max.requests") or 500))
+        self.max_queued = max(16, int(config.get("queued.max.requests") or 500))
         # Test-only: the handler of this api key raises, to exercise the unexpected-error path.
         self.raise_api = int(os.environ.get("KBROKERTEST_RAISE_API", "-1"))
-        self.pool = MemoryPool(int(broker.config.get("queued.max.request.bytes")))
-        self.max_idle_s = int(broker.config.get("connections.max.idle.ms")) / 1000
+        self.pool = MemoryPool(int(config.get("queued.max.request.bytes")))
+        self.max_frame = config.socket_request_max_bytes
+        self.max_idle_s = int(config.get("connections.max.idle.ms")) / 1000
         self.scratch = bytearray(_SCRATCH_SIZE)
         self.loop: Any = None
         self._reaper: asyncio.Task[None] | None = None
         self.bound_ports: dict[str, int] = {}  # listener name -> the port bound (port 0: ephemeral)
         self._security: dict[str, listener_security.ListenerSecurity] | None = None
-        config = broker.config
-        self.quotas = ClientQuotaManager(lambda: broker.metadata.client_quotas(), int(config.get("quota.window.num")),
-                                         int(config.get("quota.window.size.seconds")))
         names = [li.name for li in config.listeners]
         self.conn_quotas = ConnectionQuotas(config.get, config.originals.get, names,
                                             config.get("inter.broker.listener.name") or (names[0] if names else None))
         config.add_change_listener(lambda name, _v: self.conn_quotas.reload() if name in CONNECTION_LIMITS else None)
         self.request_stats = RequestStats()  # per-API counts, errors, latency: broker.metrics
 
-    async def start(self) -> list[tuple[str, int]]:
+    async def start(self, services: BrokerServices) -> list[tuple[str, int]]:
+        self.services = services
         loop = self.loop = asyncio.get_running_loop()
         bound = []
         # Built again now that the dynamic broker configs stored in the metadata are applied (the
         # early check_listeners() ran before they were loaded).
         self._security = None
         security = self.check_listeners()
-        for listener in self.broker.config.listeners:
+        for listener in self.config.listeners:
             host = listener.host or None
             sec = security[listener.name]
             srv = await loop.create_server(lambda sec=sec: KafkaConnection(self, sec), host, listener.port,
@@ -670,7 +87,7 @@ class KafkaServer:
         """Build every listener's TLS context and SASL settings (raises ListenerSecurityError, an
         OSError, when one cannot be served); the broker calls it before touching its log dirs."""
         if self._security is None:
-            self._security = listener_security.build(self.broker.config)
+            self._security = listener_security.build(self.config)
         return self._security
 
     async def _close_idle_connections(self) -> None:

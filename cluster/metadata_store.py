@@ -1,12 +1,10 @@
-"""The metadata interface every broker component uses, and its data classes (moved from broker/metadata.py).
+"""The metadata interface every broker component uses, and its data classes.
 
 ``MetadataStore`` is what handlers and coordinators use: brokers, topics (ids, partition counts,
 configs), replica assignments, partition state (leader, leader epoch, ISR), broker dynamic configs,
 finalized features, SCRAM credentials, ACLs and client quotas. Two implementations:
-``broker.metadata.LocalMetadataStore`` (single node, JSON files) and ``cluster.etcd_store.
-EtcdMetadataStore`` (cluster mode, etcd). The interface lives in ``cluster/`` so that the etcd store
-never imports ``broker/``; ``broker.metadata`` re-exports every name, so existing imports keep working.
-New interface methods belong here.
+``cluster.local_store.LocalMetadataStore`` (single node, JSON files) and ``cluster.etcd_store.
+EtcdMetadataStore`` (cluster mode, etcd); neither imports ``broker/``. New interface methods belong here.
 """
 
 from __future__ import annotations

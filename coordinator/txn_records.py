@@ -13,8 +13,9 @@ A null value (tombstone) removes an expired transactional id.
 
 Every transition of every transaction is one such record, written before the coordinator
 answers, so the common cases are encoded with fixed layouts instead of the schema-driven codec:
-the key, the v0 value, and the one-record v2 batch that carries them (``state_batch``), and the
-COMMIT/ABORT control batch of a marker (``marker_batch``). Each is byte-identical to the generic path (tests/unit/test_txn_records_fast.py); the flexible v1
+the key and the v0 value; the one-record v2 batch that carries them (``state_batch``) and the
+COMMIT/ABORT control batch of a marker (``marker_batch``) are storage.batch's one_record_batch.
+Each is byte-identical to the generic path (tests/unit/test_txn_records_fast.py); the flexible v1
 value keeps the generic encoder.
 """
 
@@ -23,8 +24,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-import crc32c
-
+from storage.batch import one_record_batch
 from storage.internal_records import TRANSACTION_LOG_KEY, TRANSACTION_LOG_VALUE, decode, encode
 
 
@@ -46,12 +46,6 @@ class TxnLogValue:
 _VALUE_V0_HEAD = struct.Struct(">hqhibi")  # version 0, producerId, epoch, timeout, status, partitions count
 _TIMESTAMPS = struct.Struct(">qq")
 _STR_LEN = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-# A v2 batch header from partitionLeaderEpoch on (baseOffset and batchLength are packed apart):
-# partitionLeaderEpoch -1, magic 2, crc, attributes 0, lastOffsetDelta 0, base/max timestamp,
-# no producer id/epoch/sequence, one record.
-_BATCH_TAIL = struct.Struct(">ibIhiqqqhii")
-_CRC_START = 21  # attributes: the CRC covers the batch from here to its end
 
 
 def encode_key(transactional_id: str) -> bytes:
@@ -97,16 +91,6 @@ def _encode_value_v0(v: TxnLogValue, partitions: list[dict] | None) -> bytes:
     return bytes(out)
 
 
-def _varint(n: int) -> bytes:
-    z = (n << 1) ^ (n >> 63)  # zigzag, as Kafka's ByteUtils.writeVarint/Varlong
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
 def state_batch(key: bytes, value: bytes | None, timestamp_ms: int) -> bytes:
     """The v2 batch of one ``__transaction_state`` record (a tombstone when ``value`` is None):
     what storage.batch.build_batch([(key, value)], timestamp_ms=...) returns, without going
@@ -124,22 +108,6 @@ def marker_batch(control_type: int, producer_id: int, producer_epoch: int, coord
     return one_record_batch(struct.pack(">hh", 0, control_type), _MARKER_VALUE.pack(0, coordinator_epoch),
                             timestamp_ms, attributes=_MARKER_ATTRIBUTES, producer_id=producer_id,
                             producer_epoch=producer_epoch)
-
-
-def one_record_batch(key: bytes, value: bytes | None, timestamp_ms: int, *, attributes: int = 0,
-                     producer_id: int = -1, producer_epoch: int = -1) -> bytes:
-    """A v2 batch of one record at offset 0 (no sequence, no partition leader epoch), laid out
-    as kafka-python's DefaultRecordBatchBuilder does."""
-    body = b"\0\0\0" + _varint(len(key)) + key  # attributes, timestampDelta 0, offsetDelta 0
-    body += _varint(-1) if value is None else _varint(len(value)) + value
-    body += b"\0"  # no headers
-    record = _varint(len(body)) + body
-    tail = bytearray(_BATCH_TAIL.pack(-1, 2, 0, attributes, 0, timestamp_ms, timestamp_ms, producer_id,
-                                      producer_epoch, -1, 1))
-    tail += record
-    crc = crc32c.crc32c(memoryview(tail)[_CRC_START - 12:])
-    struct.pack_into(">I", tail, 5, crc)
-    return bytes(8) + _I32.pack(len(tail)) + bytes(tail)
 
 
 def decode_value(data: bytes) -> TxnLogValue:

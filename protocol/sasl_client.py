@@ -12,15 +12,19 @@ session the server limited (KIP-368, ``session_lifetime_ms``) ends.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import scramp
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from .errors import ErrorCode
 
-if TYPE_CHECKING:
-    from .client import ProtocolClient
+
+class _Requester(Protocol):
+    """What authentication needs of protocol.client.ProtocolClient: one request, its answer."""
+
+    async def request(self, request: Any, version: int) -> Any: ...
+
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 HANDSHAKE_VERSION = 1
@@ -43,7 +47,7 @@ class SaslCredentials:
         return f"SaslCredentials({self.mechanism}, {self.username!r})"
 
 
-async def authenticate(client: ProtocolClient, creds: SaslCredentials) -> int:
+async def authenticate(client: _Requester, creds: SaslCredentials) -> int:
     """Authenticate the (connected) ``client``; returns the session lifetime in ms (0: no limit)."""
     mechanism = creds.mechanism.upper()
     if mechanism not in MECHANISMS:
@@ -72,7 +76,7 @@ async def authenticate(client: ProtocolClient, creds: SaslCredentials) -> int:
     return lifetime
 
 
-async def _step(client: ProtocolClient, mechanism: str, token: bytes) -> tuple[bytes, int]:
+async def _step(client: _Requester, mechanism: str, token: bytes) -> tuple[bytes, int]:
     resp = await client.request(SaslAuthenticateRequest(version=AUTHENTICATE_VERSION, auth_bytes=token),
                                 AUTHENTICATE_VERSION)
     if resp.error_code:

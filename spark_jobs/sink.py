@@ -41,7 +41,6 @@ import os
 import signal
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -56,12 +55,12 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from . import kafka_io
+from .sink_parts import CRASH_ENV, FailTask, Rows, TaskReport, crash_driver
 
 log = logging.getLogger(__name__)
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # Spark's MicroBatchExecution.BATCH_ID_KEY local property
 QUERY_ID_PROPERTY = "sql.streaming.queryId"  # StreamExecution.QUERY_ID_KEY: stable across restarts
-CRASH_ENV = "KBROKERTEST_SPARK_CRASH_AT_BATCH"
 
 # Producers of deliberately failed attempts are kept alive here so their transactions stay open
 # until the retry fences them, as a hung or partitioned executor would.
@@ -80,72 +79,6 @@ def _mode(value: str | None) -> str:
 
 def _bool(value: str | None, default: bool) -> bool:
     return default if value is None else value.strip().lower() in ("true", "1", "yes")
-
-
-@dataclass
-class TaskReport(WriterCommitMessage):
-    """What one write task did; collected by the driver's commit()."""
-
-    partition: int
-    batch_id: int | None
-    attempt: int
-    records: int
-    skipped: bool
-    transactional_id: str | None
-    prepared: str | None = None  # exactlyOnce.mode=2pc: the PreparedTxnState ("id:epoch") to complete
-
-
-@dataclass(frozen=True)
-class FailTask:
-    batch: int | None  # None = any batch (and batch writes)
-    partition: int
-    after_rows: int
-    mode: str  # "raise": exception from the task; "kill": SIGKILL the Python worker
-
-    @classmethod
-    def parse(cls, text: str | None) -> FailTask | None:
-        if not text:
-            return None
-        parts = text.split(":")
-        if len(parts) not in (3, 4):
-            raise ValueError(f"kbroker.fault.failTask must be batch:partition:rows[:raise|kill], got {text!r}")
-        mode = parts[3] if len(parts) == 4 else "raise"
-        if mode not in ("raise", "kill"):
-            raise ValueError(f"kbroker.fault.failTask mode must be raise or kill, got {mode!r}")
-        return cls(None if parts[0] in ("*", "") else int(parts[0]), int(parts[1]), int(parts[2]), mode)
-
-
-class _Rows:
-    """Column access for one Arrow batch in the sink's input schema (key/value/topic/partition/headers)."""
-
-    def __init__(self, batch: pa.RecordBatch, default_topic: str | None) -> None:
-        names = batch.schema.names
-        self.n = batch.num_rows
-        self.values = _bytes_column(batch.column(names.index("value")))
-        self.keys = _bytes_column(batch.column(names.index("key"))) if "key" in names else None
-        self.topics = batch.column(names.index("topic")).to_pylist() if "topic" in names else None
-        self.partitions = batch.column(names.index("partition")).to_pylist() if "partition" in names else None
-        self.headers = batch.column(names.index("headers")).to_pylist() if "headers" in names else None
-        self.default_topic = default_topic
-
-    def topic(self, i: int) -> str:
-        t = self.topics[i] if self.topics is not None else None
-        t = t or self.default_topic
-        if not t:
-            raise ValueError("row has no topic: set the 'topic' option or provide a topic column")
-        return t
-
-
-def _bytes_column(column: pa.Array) -> list[bytes | None]:
-    """A string or binary column as Python bytes (None for nulls), converted column-wise by Arrow.
-
-    Casting string to binary reuses the UTF-8 buffers, so no per-row ``str.encode`` is needed.
-    """
-    if pa.types.is_string(column.type):
-        column = column.cast(pa.binary())
-    elif pa.types.is_large_string(column.type):
-        column = column.cast(pa.large_binary())
-    return column.to_pylist()
 
 
 def _produce_values(producer: Producer, topic: str, values: list[bytes | None], keys: list[bytes | None] | None,
@@ -239,7 +172,7 @@ class _WriterBase:
             fault = None
         count = 0
         for batch in batches:
-            rows = _Rows(batch, self.topic)
+            rows = Rows(batch, self.topic)
             if fault is None and rows.topics is None and rows.partitions is None and rows.headers is None:
                 count += _produce_values(producer, rows.topic(0), rows.values, rows.keys)
                 producer.poll(0)
@@ -443,7 +376,7 @@ class KBrokerStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
         crash = os.environ.get(CRASH_ENV)
         if crash is not None and int(crash) == batchId:
             # Test hook: die like a crashed driver host, data committed but batch not marked done.
-            _crash_driver()
+            crash_driver()
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.twopc is not None:
@@ -452,26 +385,6 @@ class KBrokerStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
             return sink_2pc.abort(self.twopc, messages, batchId)
         # Tasks that committed stay committed: the replay of this batch skips them via their markers.
         log.warning("batch %d aborted by Spark", batchId)
-
-
-def _crash_driver() -> None:
-    """SIGKILL the driver Python process, its Spark JVM, and this worker's process group (Linux)."""
-
-    def parent_and_name(pid: int) -> tuple[int, str]:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-        name = stat[stat.index("(") + 1: stat.rindex(")")]
-        return int(stat[stat.rindex(")") + 2:].split()[1]), name
-
-    pid = os.getppid()
-    while pid > 1:
-        parent, name = parent_and_name(pid)
-        if name == "java":  # the driver JVM; its parent is the driver's Python process
-            os.kill(parent, signal.SIGKILL)
-            os.kill(pid, signal.SIGKILL)
-            break
-        pid = parent
-    os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
 class KBrokerBatchWriter(_WriterBase, DataSourceArrowWriter):

@@ -40,17 +40,14 @@ import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
 from protocol.errors import ErrorCode
-from protocol.two_phase import PreparedTxnState, TwoPhaseError
 
-from .twopc_producer import Record, SinkProducer, murmur2_partition
-
-if TYPE_CHECKING:
-    from .sink import KBrokerStreamWriter, TaskReport
+from .sink_parts import CRASH_ENV, Rows, SinkWriter, TaskReport, crash_driver
+from .twopc_producer import PreparedTxnState, Record, SinkProducer, TwoPhaseError, murmur2_partition
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +203,7 @@ def _in_commit_runner() -> bool:
     return False
 
 
-def setup(writer: KBrokerStreamWriter) -> TwoPc:
+def setup(writer: SinkWriter) -> TwoPc:
     """On the driver, when Spark builds the writer for the tasks (before every micro-batch):
     recover what earlier runs left open, open the gate if none is. In the commit runner: only
     the names."""
@@ -284,7 +281,6 @@ async def _move_gate(state: TwoPc) -> None:
 
 def commit(state: TwoPc, messages: list[Any], batch_id: int) -> None:
     """Driver side: decide (record), then complete every prepared transaction, then move the gate."""
-    from .sink import CRASH_ENV, TaskReport, _crash_driver
 
     prepared = {m.transactional_id: m.prepared for m in messages
                 if isinstance(m, TaskReport) and m.prepared and m.transactional_id}
@@ -294,7 +290,7 @@ def commit(state: TwoPc, messages: list[Any], batch_id: int) -> None:
     if crash is not None and int(crash) == batch_id:
         first = sorted(txns)[:1]
         asyncio.run(_complete_all(state, {t: txns[t] for t in first}, gate=False, fresh=set(prepared)))
-        _crash_driver()
+        crash_driver()
     # Transactions merged from an earlier decision of this batch may be committed already.
     asyncio.run(_complete_all(state, txns, gate=True, fresh=set(prepared)))
     # Spark runs batch b only after commits/<b-1>: older decisions are in its log now.
@@ -338,9 +334,8 @@ def abort(state: TwoPc, messages: list[Any], batch_id: int) -> None:
 # --- tasks -------------------------------------------------------------------------------------
 
 
-def write_task(writer: KBrokerStreamWriter, batches: Iterator[pa.RecordBatch], *, batch_id: int,
+def write_task(writer: SinkWriter, batches: Iterator[pa.RecordBatch], *, batch_id: int,
                partition: int, attempt: int) -> TaskReport:
-    from .sink import TaskReport
 
     state = writer.twopc
     assert state is not None
@@ -354,9 +349,8 @@ def write_task(writer: KBrokerStreamWriter, batches: Iterator[pa.RecordBatch], *
     return TaskReport(partition, batch_id, attempt, n, False, tid, str(prepared))
 
 
-async def _write(writer: KBrokerStreamWriter, state: TwoPc, tid: str, batches: Iterator[pa.RecordBatch], *,
+async def _write(writer: SinkWriter, state: TwoPc, tid: str, batches: Iterator[pa.RecordBatch], *,
                  batch_id: int, partition: int, attempt: int) -> tuple[int, PreparedTxnState]:
-    from .sink import _Rows
 
     fault = writer.fail_task
     if fault is not None and not (attempt == 0 and fault.partition == partition
@@ -386,7 +380,7 @@ async def _write(writer: KBrokerStreamWriter, state: TwoPc, tid: str, batches: I
 
         count = 0
         for batch in batches:
-            rows = _Rows(batch, writer.topic)
+            rows = Rows(batch, writer.topic)
             for i in range(rows.n):
                 topic = rows.topic(i)
                 if topic not in counts:

@@ -1,24 +1,266 @@
-"""The Spark 2pc sink's producer: protocol/two_phase.py's TwoPhaseProducer plus what a sink needs.
+"""The Spark 2pc sink's producer: two-phase commit (KIP-939) from the producer side, over the
+protocol client.
 
-Adds to TwoPhaseProducer: cached partition leaders and partition counts (Metadata once per topic, not once
-per request), Java's murmur2 partitioner for keyed records, InitProducerId without ``enable2Pc`` for
-the gate transaction (an ordinary transaction the coordinator aborts after its timeout), and
-``list_open`` (ListTransactions on every broker) so a restarted driver finds what it left open.
+A ``TwoPhaseProducer`` opens a 2PC transaction (InitProducerId v6 with ``enable2Pc``), writes
+transactional batches (AddPartitionsToTxn v3, then Produce v9 with acks=all), and *prepares* it:
+``prepare()`` returns the ``PreparedTxnState`` (producer id and epoch; Kafka's
+``producer.prepareTransaction()``), which the caller stores with its external coordinator. The
+transaction then stays open, untouched by ``transaction.timeout.ms``, until some process
+completes it:
+
+    state = await TwoPhaseProducer(bootstrap, "tid").complete_prepared(state, commit=True)
+
+from any process, also after the preparing one died: ``complete_prepared`` initialises with
+``keepPreparedTxn`` (the prepared transaction is kept and its id/epoch returned), then commits it
+when that id/epoch is the expected one and aborts it otherwise, as Kafka's
+``producer.completeTransaction(PreparedTxnState)``.
+
+``SinkProducer`` adds what the sink needs: cached partition leaders and partition counts (Metadata
+once per topic, not once per request), Java's murmur2 partitioner for keyed records,
+InitProducerId without ``enable2Pc`` for the gate transaction (an ordinary transaction the
+coordinator aborts after its timeout), and ``list_open`` (ListTransactions on every broker) so a
+restarted driver finds what it left open.
+
+Deviations: one Produce request per ``send`` call (no batching or linger); EndTxn v4 and
+AddPartitionsToTxn v3 (transaction version 1 wire forms), which every kbroker serves whatever
+``transaction.version`` is finalized.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kafka.partitioner.default import murmur2
 from kafka.protocol.admin import ListTransactionsRequest
-from kafka.protocol.metadata import MetadataRequest
-from kafka.protocol.producer import InitProducerIdRequest
+from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
+from kafka.protocol.producer import (
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    InitProducerIdRequest,
+    ProduceRequest,
+)
+from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from protocol.client import ProtocolClient
 from protocol.errors import ErrorCode
-from protocol.two_phase import PreparedTxnState, TwoPhaseError, TwoPhaseProducer
+
+_RETRIABLE = {ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+              ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR}
+
+
+class TwoPhaseError(Exception):
+    """The broker answered an error that retrying does not cure."""
+
+    def __init__(self, what: str, code: int) -> None:
+        try:
+            name = ErrorCode(code).name
+        except ValueError:
+            name = str(code)
+        super().__init__(f"{what}: {name}")
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedTxnState:
+    """Kafka's PreparedTxnState: the producer id and epoch of a prepared transaction ("id:epoch")."""
+
+    producer_id: int
+    epoch: int
+
+    def __str__(self) -> str:
+        return f"{self.producer_id}:{self.epoch}"
+
+    @classmethod
+    def parse(cls, text: str) -> PreparedTxnState:
+        pid, _, epoch = text.partition(":")
+        return cls(int(pid), int(epoch))
+
+
+def _split(bootstrap: str | tuple[str, int]) -> tuple[str, int]:
+    if isinstance(bootstrap, tuple):
+        return bootstrap
+    host, _, port = bootstrap.rpartition(":")
+    return host, int(port)
+
+
+class TwoPhaseProducer:
+    def __init__(self, bootstrap: str | tuple[str, int], transactional_id: str, *,
+                 retry_deadline_s: float = 60.0) -> None:
+        self.bootstrap = _split(bootstrap)
+        self.transactional_id = transactional_id
+        self.retry_deadline_s = retry_deadline_s
+        self.producer_id = -1
+        self.epoch = -1
+        self.ongoing: PreparedTxnState | None = None  # the prepared transaction kept at start
+        self._clients: dict[tuple[str, int], ProtocolClient] = {}
+        self._coordinator: ProtocolClient | None = None
+        self._added: set[tuple[str, int]] = set()
+        self._sequences: dict[tuple[str, int], int] = {}
+
+    # --- connections -------------------------------------------------------------------------
+
+    async def _client(self, addr: tuple[str, int]) -> ProtocolClient:
+        if addr not in self._clients:
+            self._clients[addr] = await ProtocolClient(*addr, client_id="kbroker-2pc").connect()
+        return self._clients[addr]
+
+    async def close(self) -> None:
+        for c in self._clients.values():
+            await c.close()
+        self._clients.clear()
+        self._coordinator = None
+
+    async def __aenter__(self) -> TwoPhaseProducer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _retrying(self, what: str, call: Any) -> Any:
+        """Run ``call()`` (returning (error code, result)) until it is not a retriable error."""
+        deadline = time.monotonic() + self.retry_deadline_s
+        backoff = 0.05
+        while True:
+            code, result = await call()
+            if code == ErrorCode.NONE:
+                return result
+            if code not in _RETRIABLE or time.monotonic() > deadline:
+                raise TwoPhaseError(what, code)
+            if code == ErrorCode.NOT_COORDINATOR:
+                self._coordinator = None
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
+
+    async def _coord(self) -> ProtocolClient:
+        if self._coordinator is None:
+            boot = await self._client(self.bootstrap)
+
+            async def find() -> tuple[int, Any]:
+                r = await boot.request(FindCoordinatorRequest(version=3, key=self.transactional_id, key_type=1), 3)
+                return r.error_code, (r.host, r.port)
+            self._coordinator = await self._client(await self._retrying("FindCoordinator", find))
+        return self._coordinator
+
+    async def _leader(self, topic: str, partition: int) -> ProtocolClient:
+        boot = await self._client(self.bootstrap)
+        md = await boot.request(MetadataRequest(
+            version=8, topics=[MetadataRequest.MetadataRequestTopic(version=8, name=topic)],
+            allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False), 8)
+        nodes = {b.node_id: (b.host, b.port) for b in md.brokers}
+        for t in md.topics:
+            for p in t.partitions if t.name == topic and not t.error_code else []:
+                if p.partition_index == partition and p.leader_id in nodes:
+                    return await self._client(nodes[p.leader_id])
+        raise TwoPhaseError(f"leader of {topic}-{partition}", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+
+    # --- the transaction ---------------------------------------------------------------------
+
+    async def start(self, *, keep_prepared_txn: bool = False,
+                    transaction_timeout_ms: int = 60000) -> PreparedTxnState | None:
+        """InitProducerId v6 with enable2Pc. With ``keep_prepared_txn`` an open (prepared)
+        transaction of this transactional id is kept and returned; otherwise it is aborted."""
+        async def init() -> tuple[int, Any]:
+            c = await self._coord()
+            r = await c.request(InitProducerIdRequest(
+                version=6, transactional_id=self.transactional_id, transaction_timeout_ms=transaction_timeout_ms,
+                producer_id=-1, producer_epoch=-1, enable2_pc=True, keep_prepared_txn=keep_prepared_txn), 6)
+            return r.error_code, r
+        r = await self._retrying("InitProducerId", init)
+        self.producer_id, self.epoch = r.producer_id, r.producer_epoch
+        self._added.clear()
+        self._sequences.clear()
+        self.ongoing = (PreparedTxnState(r.ongoing_txn_producer_id, r.ongoing_txn_producer_epoch)
+                        if r.ongoing_txn_producer_id >= 0 else None)
+        return self.ongoing
+
+    async def send(self, topic: str, partition: int, records: Sequence[tuple[Any, ...]]) -> int:
+        """Write ``records`` — (key, value) or (key, value, headers) — to one partition inside the
+        transaction, as one batch; the base offset."""
+        if self.producer_id < 0:
+            raise RuntimeError("start() first")
+        tp = (topic, partition)
+        if tp not in self._added:
+            async def add() -> tuple[int, None]:
+                c = await self._coord()
+                R = AddPartitionsToTxnRequest
+                resp = await c.request(R(
+                    version=3, v3_and_below_transactional_id=self.transactional_id,
+                    v3_and_below_producer_id=self.producer_id, v3_and_below_producer_epoch=self.epoch,
+                    v3_and_below_topics=[R.AddPartitionsToTxnTopic(version=3, name=topic, partitions=[partition])]), 3)
+                codes = [p.partition_error_code for t in resp.results_by_topic_v3_and_below
+                         for p in t.results_by_partition]
+                return max(codes, key=lambda code: code != 0), None
+            await self._retrying(f"AddPartitionsToTxn {topic}-{partition}", add)
+            self._added.add(tp)
+        seq = self._sequences.get(tp, 0)
+        builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=True,
+                                            producer_id=self.producer_id, producer_epoch=self.epoch,
+                                            base_sequence=seq, batch_size=1 << 30)
+        now = int(time.time() * 1000)
+        for i, rec in enumerate(records):
+            builder.append(i, timestamp=now, key=rec[0], value=rec[1], headers=rec[2] if len(rec) > 2 else [])
+        batch = bytes(builder.build())
+        P = ProduceRequest.TopicProduceData
+        req = ProduceRequest(version=9, transactional_id=self.transactional_id, acks=-1, timeout_ms=30000,
+                             topic_data=[P(version=9, name=topic, partition_data=[
+                                 P.PartitionProduceData(version=9, index=partition, records=batch)])])
+        part = (await (await self._leader(topic, partition)).request(req, 9)).responses[0].partition_responses[0]
+        if part.error_code:
+            raise TwoPhaseError(f"Produce {topic}-{partition}", part.error_code)
+        self._sequences[tp] = seq + len(records)
+        return part.base_offset
+
+    async def prepare(self) -> PreparedTxnState:
+        """Kafka's prepareTransaction: every send was acknowledged (acks=all), so the transaction
+        is durable and only waits for commit or abort; returns what completes it later."""
+        if self.producer_id < 0:
+            raise RuntimeError("start() first")
+        return PreparedTxnState(self.producer_id, self.epoch)
+
+    async def _end(self, commit: bool) -> None:
+        async def end() -> tuple[int, None]:
+            c = await self._coord()
+            r = await c.request(EndTxnRequest(version=4, transactional_id=self.transactional_id,
+                                              producer_id=self.producer_id, producer_epoch=self.epoch,
+                                              committed=commit), 4)
+            return r.error_code, None
+        await self._retrying("EndTxn", end)
+        self._added.clear()
+
+    async def commit(self) -> None:
+        await self._end(True)
+
+    async def abort(self) -> None:
+        await self._end(False)
+
+    async def complete(self, state: PreparedTxnState) -> bool:
+        """Kafka's completeTransaction after ``start(keep_prepared_txn=True)``: commit the kept
+        transaction when it is the one ``state`` names, else abort it. True when committed."""
+        if self.ongoing is None:
+            raise TwoPhaseError(f"no prepared transaction of {self.transactional_id} to complete",
+                                ErrorCode.INVALID_TXN_STATE)
+        commit = self.ongoing == state
+        await self._end(commit)
+        self.ongoing = None
+        return commit
+
+    async def complete_prepared(self, state: PreparedTxnState, *, commit: bool = True) -> bool:
+        """From any process: recover the prepared transaction and commit it (``commit``) when it
+        matches ``state``, otherwise abort it. True when it was committed. A transactional id with
+        no open transaction (already completed) returns False without touching anything."""
+        if await self.start(keep_prepared_txn=True) is None:
+            return False
+        if not commit:
+            await self.abort()
+            self.ongoing = None
+            return False
+        return await self.complete(state)
+
 
 Record = tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]  # key, value, headers
 

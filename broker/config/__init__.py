@@ -31,6 +31,9 @@ from broker.config.topic_config import (
     describe_topic_config,
     log_config_properties,
     parse_topic_configs,
+    topic_log_config,
+    topic_max_message_bytes,
+    topic_min_insync_replicas,
     validate_topic_configs,
 )
 from broker.config.topic_defs import TOPIC_CONFIGS, TOPIC_SYNONYMS
@@ -55,5 +58,6 @@ __all__ = [
     "BrokerConfig", "ConfigDef", "ConfigEntry", "ConfigError", "ConfigSource", "ConfigSynonym", "ConfigType",
     "Listener", "config_reference_markdown", "describe_topic_config", "format_value", "log_config_properties",
     "new_cluster_id", "parse_listener", "parse_properties", "parse_protocol_map", "parse_topic_configs",
-    "parse_value", "serve_help_epilog", "validate_topic_configs",
+    "parse_value", "serve_help_epilog", "topic_log_config", "topic_max_message_bytes", "topic_min_insync_replicas",
+    "validate_topic_configs",
 ]

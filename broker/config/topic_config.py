@@ -15,6 +15,7 @@ from broker.config.types import (
     format_value,
     parse_value,
 )
+from storage.log_config import LogConfig
 
 
 def validate_topic_configs(configs: dict[str, str | None]) -> None:
@@ -49,6 +50,19 @@ def log_config_properties(overrides: dict[str, str], broker: BrokerConfig) -> di
             broker._props_cache.clear()
         broker._props_cache[key] = cached
     return dict(cached)
+
+
+def topic_log_config(overrides: dict[str, str], broker: BrokerConfig) -> LogConfig:
+    """The storage configuration of a topic with ``overrides`` under this broker's defaults."""
+    return LogConfig.from_properties(log_config_properties(overrides, broker))
+
+
+def topic_max_message_bytes(overrides: dict[str, str], broker: BrokerConfig) -> int:
+    return int(log_config_properties(overrides, broker).get("max.message.bytes", broker.message_max_bytes))
+
+
+def topic_min_insync_replicas(overrides: dict[str, str], broker: BrokerConfig) -> int:
+    return int(log_config_properties(overrides, broker).get("min.insync.replicas", 1))
 
 
 def parse_topic_configs(props: dict[str, str]) -> dict[str, Any]:

@@ -7,15 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.config.listeners import parse_listener, parse_protocol_map
-from broker.config.types import ConfigError
-
-
-class Validator:
-    def __call__(self, name: str, value: Any) -> None:  # pragma: no cover - interface
-        raise NotImplementedError
-
-    def describe(self) -> str:  # pragma: no cover - interface
-        return ""
+from broker.config.types import ConfigError, Validator
 
 
 @dataclass(frozen=True)

@@ -14,15 +14,22 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from security.authorizer import CLUSTER_NAME, AclOperation, Authorizer, ResourceType, authorizer_from_config
+from security.authorizer import CLUSTER_NAME, AclOperation, Authorizer, ResourceType
 
 if TYPE_CHECKING:
-    from broker.broker import Broker
+    from broker.config import BrokerConfig
+    from broker.replica_manager import ReplicaManager
+    from broker.services import BrokerServices
+    from cluster.metadata_store import MetadataStore
+
+
+class CloseConnection(Exception):
+    """Protocol violation (or a failed acks=0 produce): log it and close this connection only."""
 
 
 @dataclass(slots=True)
 class RequestContext:
-    broker: Broker
+    services: BrokerServices
     api_key: int
     api_version: int
     correlation_id: int
@@ -36,11 +43,27 @@ class RequestContext:
     # The listener the request came in on: brokers are advertised with that listener's address.
     listener: str = ""
 
+    @property
+    def metadata(self) -> MetadataStore:
+        return self.services.metadata
+
+    @property
+    def partitions(self) -> ReplicaManager:
+        return self.services.partitions
+
+    @property
+    def config(self) -> BrokerConfig:
+        return self.services.config
+
+    @property
+    def node_id(self) -> int:
+        return self.services.node_id
+
     def broker_addresses(self) -> list[tuple[int, str, int, str | None]]:
         """(node id, host, port, rack) of the live brokers on this request's listener; as Kafka's
         metadataCache.getAliveBrokerNodes(listenerName), brokers without it are left out."""
         out = []
-        for b in self.broker.metadata.brokers():
+        for b in self.services.metadata.brokers():
             if (addr := b.address(self.listener)) is not None:
                 out.append((b.node_id, addr[0], addr[1], b.rack))
         return out
@@ -48,16 +71,10 @@ class RequestContext:
     # --- authorization (security/authorizer.py): the one place handlers ask. With no authorizer
     # configured (authorizer.class.name empty) every answer is "allowed", as in Kafka.
     def authorizer(self) -> Authorizer | None:
-        broker = self.broker
-        try:
-            return broker._authorizer  # type: ignore[attr-defined]
-        except AttributeError:
-            metadata_acls = lambda: broker.metadata.acls()  # noqa: E731  (the store may be replaced)
-            broker._authorizer = authorizer_from_config(broker.config.get, metadata_acls)  # type: ignore[attr-defined]
-            return broker._authorizer  # type: ignore[attr-defined]
+        return self.services.authorizer
 
     def authorize(self, op: AclOperation, rtype: ResourceType, name: str) -> bool:
-        a = self.authorizer()
+        a = self.services.authorizer
         return a is None or a.authorize(self.principal, self.client_host, op, rtype, name)
 
     def authorize_cluster(self, op: AclOperation) -> bool:
@@ -65,14 +82,14 @@ class RequestContext:
 
     def authorized(self, op: AclOperation, rtype: ResourceType, names: Iterable[str]) -> set[str]:
         """The subset of ``names`` allowed (Kafka's AuthHelper.filterByAuthorized), each asked once."""
-        a = self.authorizer()
+        a = self.services.authorizer
         unique = set(names)
         if a is None:
             return unique
         return {n for n in unique if a.authorize(self.principal, self.client_host, op, rtype, n)}
 
     def authorize_by_resource_type(self, op: AclOperation, rtype: ResourceType) -> bool:
-        a = self.authorizer()
+        a = self.services.authorizer
         return a is None or a.authorize_by_resource_type(self.principal, self.client_host, op, rtype)
 
 

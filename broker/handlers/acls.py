@@ -42,7 +42,7 @@ async def handle_describe_acls(ctx: RequestContext, request) -> DescribeAclsResp
     if (why := flt.error()) is not None:
         return fail(ErrorCode.INVALID_REQUEST, why)
     by_resource: dict[tuple[int, str, int], list[AclBinding]] = defaultdict(list)
-    for b in ctx.broker.metadata.acls():
+    for b in ctx.metadata.acls():
         if flt.matches(b):
             by_resource[(b.resource_type, b.name, b.pattern_type)].append(b)
     R = DescribeAclsResponse.DescribeAclsResource
@@ -79,7 +79,7 @@ async def handle_create_acls(ctx: RequestContext, request) -> CreateAclsResponse
             valid.append(b)
     if valid:
         try:
-            await ctx.broker.metadata.alter_acls(valid, [])
+            await ctx.metadata.alter_acls(valid, [])
         except KafkaError as e:
             results = [(e.code, str(e)) if code == 0 else (code, msg) for code, msg in results]
     return CreateAclsResponse(version=v, throttle_time_ms=0,
@@ -101,7 +101,7 @@ async def handle_delete_acls(ctx: RequestContext, request) -> DeleteAclsResponse
         return all_fail(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
     if ctx.authorizer() is None:
         return all_fail(ErrorCode.SECURITY_DISABLED, NO_AUTHORIZER)
-    existing = ctx.broker.metadata.acls()
+    existing = ctx.metadata.acls()
     per_filter: list[tuple[str | None, list[AclBinding]]] = []
     doomed: dict[AclBinding, None] = {}
     for f in request.filters:
@@ -114,7 +114,7 @@ async def handle_delete_acls(ctx: RequestContext, request) -> DeleteAclsResponse
     error: KafkaError | None = None
     if doomed:
         try:
-            await ctx.broker.metadata.alter_acls([], list(doomed))
+            await ctx.metadata.alter_acls([], list(doomed))
         except KafkaError as e:
             error = e
     out = []

@@ -2,7 +2,7 @@
 
 Advertises exactly the handlers registered in broker/handlers with their version ranges. A
 request with a version above what we serve gets the v0-format UNSUPPORTED_VERSION answer listing
-our ranges (done in broker/server.py, KIP-511), so the client retries with a version we know.
+our ranges (done in broker/request_dispatch.py, KIP-511), so the client retries with a version we know.
 
 v3+ also carries the feature flags (KIP-584, tagged fields): ``supported_features`` lists
 ``transaction.version`` 0-2 (broker/features.py); ``finalized_features`` the levels finalized in
@@ -30,7 +30,7 @@ async def handle_api_versions(ctx: RequestContext, request) -> ApiVersionsRespon
     v = ctx.api_version
     if v < 3:
         return ApiVersionsResponse(version=v, error_code=0, api_keys=supported_api_keys(v), throttle_time_ms=0)
-    md = ctx.broker.metadata
+    md = ctx.metadata
     supported = [ApiVersionsResponse.SupportedFeatureKey(version=v, name=n, min_version=lo, max_version=hi)
                  for n, (lo, hi) in sorted(SUPPORTED_FEATURES.items())]
     finalized = [ApiVersionsResponse.FinalizedFeatureKey(version=v, name=n, min_version_level=lvl,

@@ -11,7 +11,7 @@ that every broker of a cluster throttles alike. ``validate_only`` checks without
 Describe filters: exact name, default, or any specified name, ``strict``; a bad filter answers
 INVALID_REQUEST (UNSUPPORTED_VERSION for an unknown entity or match type), as Kafka.
 
-Enforced: producer_byte_rate and consumer_byte_rate (broker/server.py with security/quotas.py).
+Enforced: producer_byte_rate and consumer_byte_rate (broker/connection.py with security/quotas.py).
 Deviations: request_percentage and controller_mutation_rate are stored and described but not
 enforced; ip entities (connection_creation_rate) are refused with INVALID_REQUEST.
 """
@@ -37,7 +37,7 @@ async def handle_describe_client_quotas(ctx: RequestContext, request) -> Describ
     if not ctx.authorize_cluster(AclOperation.DESCRIBE_CONFIGS):
         return fail(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
     try:
-        found = quotas.describe(ctx.broker.metadata.client_quotas(),
+        found = quotas.describe(ctx.metadata.client_quotas(),
                                 [(c.entity_type, c.match_type, c.match) for c in request.components], request.strict)
     except quotas.QuotaError as e:
         return fail(ErrorCode[e.code], str(e))
@@ -84,7 +84,7 @@ async def handle_alter_client_quotas(ctx: RequestContext, request) -> AlterClien
         changes.append((ent, ops))
         results.append((pairs, 0, None))
     if changes and not request.validate_only:
-        store = ctx.broker.metadata
+        store = ctx.metadata
         try:
             await store.alter_client_quotas(quotas.altered(store.client_quotas(), changes))
         except KafkaError as e:

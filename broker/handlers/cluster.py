@@ -26,7 +26,7 @@ AUTHORIZED_OPERATIONS_OMITTED = None  # kafka-python "bitfield": encodes as Kafk
 @api(60, 0, 1)
 async def handle_describe_cluster(ctx: RequestContext, request) -> DescribeClusterResponse:
     v = ctx.api_version
-    md = ctx.broker.metadata
+    md = ctx.metadata
     if v >= 1 and request.endpoint_type not in (1,):
         return DescribeClusterResponse(version=v, throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
                                        error_message="The broker only handles broker endpoints",
@@ -56,7 +56,7 @@ async def handle_describe_log_dirs(ctx: RequestContext, request) -> DescribeLogD
     R = DescribeLogDirsResponse.DescribeLogDirsResult
     T = R.DescribeLogDirsTopic
     P = T.DescribeLogDirsPartition
-    for part in ctx.broker.replica_manager.all():
+    for part in ctx.partitions.all():
         if wanted is not None and part.index not in wanted.get(part.topic, ()):
             continue
         log_dir = str(part.log.dir.parent)
@@ -64,7 +64,7 @@ async def handle_describe_log_dirs(ctx: RequestContext, request) -> DescribeLogD
                                              partition_size=part.log.size_in_bytes(), offset_lag=0,
                                              is_future_key=False))
     results = []
-    for d in ctx.broker.log_dirs:
+    for d in ctx.services.log_dirs:
         st = os.statvfs(d)
         topics = [T(version=v, name=name, partitions=parts) for name, parts in by_dir.get(str(d), {}).items()]
         results.append(R(version=v, error_code=0, log_dir=str(d), topics=topics,

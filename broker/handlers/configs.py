@@ -50,6 +50,7 @@ from broker.config import (
 )
 from broker.config.kafka_broker_configs import DYNAMIC_SECURITY_CONFIGS, KAFKA_BROKER_CONFIGS, PER_BROKER
 from broker.handlers import AclOperation, RequestContext, ResourceType, api
+from broker.services import BrokerServices
 from protocol.errors import ErrorCode, KafkaError
 from security.tls import TlsConfigError
 
@@ -66,11 +67,11 @@ def _check_broker_name(ctx: RequestContext, name: str) -> bool:
     if name == "":
         return True
     try:
-        if int(name) == ctx.broker.node_id:
+        if int(name) == ctx.node_id:
             return False
     except ValueError:
         pass
-    raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {ctx.broker.node_id} or empty "
+    raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {ctx.node_id} or empty "
                                                 f"string, but received {name}")
 
 
@@ -84,12 +85,12 @@ def _authorize(ctx: RequestContext, op: AclOperation, rtype: int, name: str) -> 
 
 def _entries(ctx: RequestContext, rtype: int, name: str) -> list[ConfigEntry]:
     if rtype == TOPIC:
-        info = ctx.broker.metadata.get_topic(name)
+        info = ctx.metadata.get_topic(name)
         if info is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
-        return describe_topic_config(info.configs, ctx.broker.config)
+        return describe_topic_config(info.configs, ctx.config)
     if rtype == BROKER:
-        return ctx.broker.config.describe(cluster_default=_check_broker_name(ctx, name))
+        return ctx.config.describe(cluster_default=_check_broker_name(ctx, name))
     raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}")
 
 
@@ -179,9 +180,9 @@ def _validate_broker_configs(cfg: BrokerConfig, props: dict[str, str], cluster_d
 async def _alter(ctx: RequestContext, rtype: int, name: str, ops: list[tuple[str, int, str | None]],
                  replace: bool, validate_only: bool) -> None:
     _authorize(ctx, AclOperation.ALTER_CONFIGS, rtype, name)
-    broker = ctx.broker
+    services = ctx.services
     if rtype == TOPIC:
-        info = broker.metadata.get_topic(name)
+        info = services.metadata.get_topic(name)
         if info is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
         base = {} if replace else info.configs
@@ -192,30 +193,30 @@ async def _alter(ctx: RequestContext, rtype: int, name: str, ops: list[tuple[str
         except ConfigError as e:
             raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
         if not validate_only:
-            await broker.metadata.set_topic_configs(name, new)
+            await services.metadata.set_topic_configs(name, new)
     elif rtype == BROKER:
         cluster_default = _check_broker_name(ctx, name)
-        cfg = broker.config
+        cfg = services.config
         current = dict(cfg.dynamic_default if cluster_default else cfg.dynamic)
         try:
             new = _apply_ops({} if replace else current, ops, set())
         except ConfigError as e:
             raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
         _validate_broker_configs(cfg, new, cluster_default)
-        swap_tls = _prepare_tls_reload(broker, current, new, [n for n, _, _ in ops], cluster_default)
+        swap_tls = _prepare_tls_reload(services, current, new, [n for n, _, _ in ops], cluster_default)
         if not validate_only:
             for key in set(current) | set(new):
                 if current.get(key) != new.get(key):
                     cfg.set_dynamic(key, new.get(key), cluster_default=cluster_default)
             stored = {k: v for k, v in cfg.dynamic.items()}
             stored.update({f"cluster-default:{k}": v for k, v in cfg.dynamic_default.items()})
-            await broker.metadata.set_broker_dynamic_configs(stored)
+            await services.metadata.set_broker_dynamic_configs(stored)
             swap_tls()
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}")
 
 
-def _prepare_tls_reload(broker, current: dict[str, str], new: dict[str, str], named: list[str],
+def _prepare_tls_reload(services: BrokerServices, current: dict[str, str], new: dict[str, str], named: list[str],
                         cluster_default: bool):
     """Kafka's SslFactory.validateReconfiguration for the listeners whose listener.name.<l>.ssl.keystore.* /
     truststore configs the request names (the same value too: it reloads the files) or changes: the new
@@ -223,11 +224,11 @@ def _prepare_tls_reload(broker, current: dict[str, str], new: dict[str, str], na
     if cluster_default:
         return lambda: None
     names = set(named) | {k for k in set(current) | set(new) if current.get(k) != new.get(k)}
-    listeners = listener_security.reload_listeners(names, [li.name for li in broker.config.listeners])
+    listeners = listener_security.reload_listeners(names, [li.name for li in services.config.listeners])
     if not listeners:
         return lambda: None
     try:
-        return listener_security.prepare_tls_reload(broker.server.check_listeners(), broker.config, new, listeners)
+        return listener_security.prepare_tls_reload(services.listener_security(), services.config, new, listeners)
     except TlsConfigError as e:
         raise KafkaError(ErrorCode.INVALID_REQUEST,
                          f"Validation of dynamic config update of SSLFactory failed: {e}") from None

@@ -29,9 +29,7 @@ GROUP, TRANSACTION = 0, 1
 
 async def locate(ctx: RequestContext, key: str | None, key_type: int) -> tuple[int, int, str, int, str | None]:
     """(error_code, node_id, host, port, error_message) for one coordinator key."""
-    broker = ctx.broker
-    coord = {GROUP: getattr(broker, "group_coordinator", None),
-             TRANSACTION: getattr(broker, "txn_coordinator", None)}.get(key_type)
+    coord = {GROUP: ctx.services.group_coordinator, TRANSACTION: ctx.services.txn_coordinator}.get(key_type)
     if key_type not in (GROUP, TRANSACTION):
         return ErrorCode.INVALID_REQUEST, -1, "", -1, f"Unsupported key type {key_type}"
     if key_type == GROUP and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, key or ""):
@@ -49,8 +47,8 @@ async def locate(ctx: RequestContext, key: str | None, key_type: int) -> tuple[i
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1, e.message
         return e.code, -1, "", -1, e.message
     partition = coord.partition_for(key)
-    leader = broker.metadata.leader(coord.topic, partition)
-    if broker.cluster is None and not coord.is_loaded(partition):
+    leader = ctx.metadata.leader(coord.topic, partition)
+    if not ctx.services.clustered and not coord.is_loaded(partition):
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1, "coordinator is loading"
     for node, host, port, _rack in ctx.broker_addresses():  # the address on the client's listener
         if node == leader:

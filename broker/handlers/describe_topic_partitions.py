@@ -33,7 +33,7 @@ from kafka.protocol.admin import DescribeTopicPartitionsResponse
 from broker.authorized_operations import OMITTED, AclOperation, ResourceType, authorized_operations
 from broker.config import ConfigError
 from broker.handlers import RequestContext, api
-from broker.metadata import INTERNAL_TOPICS, MetadataStore, TopicInfo, validate_topic_name
+from cluster.metadata_store import INTERNAL_TOPICS, MetadataStore, TopicInfo, validate_topic_name
 from protocol.errors import ErrorCode, KafkaError
 
 R = DescribeTopicPartitionsResponse
@@ -48,7 +48,7 @@ DEFAULT_PARTITION_LIMIT = 2000
 def _broker_partition_limit(ctx: RequestContext) -> int:
     # kbroker defines no such config yet: a value given in the properties file still counts.
     try:
-        value = ctx.broker.config.get(PARTITION_LIMIT_CONFIG)
+        value = ctx.config.get(PARTITION_LIMIT_CONFIG)
     except ConfigError:
         return DEFAULT_PARTITION_LIMIT
     try:
@@ -83,7 +83,7 @@ def _error_topic(name: str, code: int) -> Topic:
 
 @api(75, 0, 0)
 async def handle_describe_topic_partitions(ctx: RequestContext, request) -> DescribeTopicPartitionsResponse:
-    md = ctx.broker.metadata
+    md = ctx.metadata
     cursor = request.cursor
     cursor_topic = cursor.topic_name if cursor is not None else ""
     fetch_all = not request.topics

@@ -65,7 +65,7 @@ async def handle_elect_leaders(ctx: RequestContext, request) -> ElectLeadersResp
     election_type = request.election_type if v >= 1 else 0
     if election_type not in ELECTION_TYPES:
         return _failed(v, wanted, ErrorCode.INVALID_REQUEST, f"Unknown election type {election_type}")
-    md = ctx.broker.metadata
+    md = ctx.metadata
     elect = getattr(md, "elect_leaders", None)
     if elect is not None:  # cluster mode (cluster/etcd_store.py)
         outcomes = await elect(wanted, election_type, timeout_s=max(request.timeout_ms, 0) / 1000)

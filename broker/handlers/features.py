@@ -45,7 +45,7 @@ def check_update(feature: str, level: int, upgrade_type: int, current: int) -> s
 @api(57, 0, 2)
 async def handle_update_features(ctx: RequestContext, request) -> UpdateFeaturesResponse:
     v = ctx.api_version
-    md = ctx.broker.metadata
+    md = ctx.metadata
     current = md.finalized_features()
     updates: dict[str, int] = {}
     error, message = ErrorCode.NONE, None

@@ -34,7 +34,7 @@ Unknown session: FETCH_SESSION_ID_NOT_FOUND; wrong epoch: INVALID_FETCH_SESSION_
 The response is encoded by protocol.fast_codecs, which passes the segment bytes through as
 separate chunks of the socket write instead of copying them into one buffer. Ranges of 64 KiB and
 more are not read at all: they stay storage.log.FileSlice references (segment file, position,
-length) that broker/server.py sends with os.sendfile, or copies on TLS listeners (see
+length) that broker/connection.py sends with os.sendfile, or copies on TLS listeners (see
 docs/benchmarks.md, "Zero-copy fetch").
 """
 
@@ -45,10 +45,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from broker.client_throttle import fetch_replica_id, max_fetch_bytes
-from broker.fetch_sessions import FINAL_EPOCH, INITIAL_EPOCH, CachedPartition, FetchSession, next_epoch
+from broker.client_throttle import max_fetch_bytes
+from broker.fetch_sessions import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    CachedPartition,
+    FetchSession,
+    fetch_replica_id,
+    next_epoch,
+)
 from broker.handlers import AclOperation, RawResponse, RequestContext, ResourceType, api
-from broker.replica_manager import Partition
+from broker.partition import Partition
 from broker.replication.truncation import diverging_epoch
 from protocol.errors import ErrorCode
 from protocol.fast_codecs import FetchPartitionOut, encode_fetch_response
@@ -83,7 +90,7 @@ class _Result:
 
 
 def _resolve(ctx: RequestContext, request) -> list[_Item]:
-    md = ctx.broker.metadata
+    md = ctx.metadata
     use_ids = ctx.api_version >= 13
     may_read = _may_read(ctx, request)
     items = []
@@ -108,7 +115,7 @@ def _item(ctx: RequestContext, may_read: Callable[[str], bool], use_ids: bool, n
           log_start_offset: int = -1) -> _Item:
     missing = ErrorCode.UNKNOWN_TOPIC_ID if use_ids else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     denied = name is not None and not may_read(name)
-    part, code = (ctx.broker.replica_manager.get_leader(name, index) if name is not None and not denied else
+    part, code = (ctx.partitions.get_leader(name, index) if name is not None and not denied else
                   (None, ErrorCode.TOPIC_AUTHORIZATION_FAILED if denied else missing))
     item = _Item(name, topic_id, index, fetch_offset, max_bytes, leader_epoch, part,
                  last_fetched_epoch=last_fetched_epoch, log_start_offset=log_start_offset)
@@ -123,7 +130,7 @@ def _item(ctx: RequestContext, may_read: Callable[[str], bool], use_ids: bool, n
 def _open_session(ctx: RequestContext, request, replica: int) -> tuple[FetchSession | None, bool, ErrorCode]:
     """(session, incremental, error) for a v7+ fetch, as Kafka's FetchManager.newContext."""
     sid, epoch = request.session_id, request.session_epoch
-    cache = ctx.broker.fetch_sessions
+    cache = ctx.services.fetch_sessions
     if epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full fetch
         if sid != 0:
             cache.remove(sid)
@@ -142,7 +149,7 @@ def _open_session(ctx: RequestContext, request, replica: int) -> tuple[FetchSess
 
 def _update_session(ctx: RequestContext, request, session: FetchSession) -> None:
     """Apply a request's partitions (added or changed) and forgotten partitions to its session."""
-    md = ctx.broker.metadata
+    md = ctx.metadata
     use_ids = ctx.api_version >= 13
     for f in request.forgotten_topics_data or ():
         name = _topic_name(md, f, use_ids)
@@ -171,11 +178,11 @@ def _session_items(ctx: RequestContext, request, session: FetchSession, replica:
     may_read = _may_read(ctx, request)
     use_ids = ctx.api_version >= 13
     items = []
-    fast = quiet is not None and not use_ids and may_read("") and not ctx.broker.metadata.fenced()
+    fast = quiet is not None and not use_ids and may_read("") and not ctx.metadata.fenced()
     if fast:
-        md = ctx.broker.metadata
-        me = ctx.broker.node_id
-        partitions = ctx.broker.replica_manager.partitions
+        md = ctx.metadata
+        me = ctx.node_id
+        partitions = ctx.partitions.partitions
         named = {(t.topic, p.partition) for t in request.topics for p in t.partitions}
         now_ms = int(time.time() * 1000)
     for key, cp in session.partitions.items():
@@ -293,7 +300,7 @@ async def handle_fetch(ctx: RequestContext, request) -> RawResponse:
 
     items = resolve()
     isolation = request.isolation_level
-    max_bytes = max_fetch_bytes(ctx.broker.server.quotas, request, ctx.principal, ctx.client_id)
+    max_bytes = max_fetch_bytes(ctx.services.quotas, request, ctx.principal, ctx.client_id)
     if follower:
         _record_follower_fetch(ctx, items, replica)
     results, total, errors = _read(items, max_bytes, isolation, follower=follower)
@@ -333,7 +340,7 @@ async def handle_fetch(ctx: RequestContext, request) -> RawResponse:
 def _record_follower_fetch(ctx: RequestContext, items: list[_Item], replica: int) -> None:
     """The leader learns each follower's log end offset from its fetch offset (not when the
     fetch diverges: that offset is not part of the leader's log)."""
-    rm = ctx.broker.replica_manager
+    rm = ctx.partitions
     for it in items:
         part = it.part
         if it.error or part is None or part.leader_state is None:
@@ -350,7 +357,7 @@ def _count_bytes_out(ctx: RequestContext, request, items: list[_Item], results: 
     as replication bytes instead, which kbroker does not meter yet)."""
     if fetch_replica_id(request) >= 0:
         return
-    stats = ctx.broker.replica_manager.topic_stats
+    stats = ctx.partitions.topic_stats
     for it, r in zip(items, results, strict=True):
         if it.part is not None and r.records:
             stats.on_fetch(it.part.topic, len(r.records))
@@ -362,7 +369,7 @@ _LEADER_MOVED = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH
 def _build_response(ctx: RequestContext, v: int, items: list[_Item], results: list[_Result],
                     session_id: int) -> RawResponse:
     topics: list[tuple[str | None, object, list[FetchPartitionOut]]] = []
-    md = ctx.broker.metadata
+    md = ctx.metadata
     leaders: set[int] = set()
     for it, r in zip(items, results, strict=True):
         if not topics or topics[-1][0] != it.topic or (v >= 13 and topics[-1][1] != it.topic_id):

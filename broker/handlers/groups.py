@@ -63,7 +63,7 @@ def _group_ok(ctx: RequestContext, op: AclOperation, group_id: str) -> bool:
 
 
 def _gc(ctx: RequestContext):
-    return getattr(ctx.broker, "group_coordinator", None)
+    return ctx.services.group_coordinator
 
 
 def _client_host(ctx: RequestContext) -> str:
@@ -163,7 +163,7 @@ async def handle_leave_group(ctx: RequestContext, request) -> LeaveGroupResponse
 
 
 def _partition_exists(ctx: RequestContext, topic: str, partition: int) -> bool:
-    info = ctx.broker.metadata.get_topic(topic)
+    info = ctx.metadata.get_topic(topic)
     return info is not None and 0 <= partition < info.num_partitions
 
 
@@ -396,7 +396,7 @@ class _TopicView:
     """The coordinator's window on topic metadata (coordinator code never imports the broker)."""
 
     def __init__(self, ctx: RequestContext) -> None:
-        self.md = ctx.broker.metadata
+        self.md = ctx.metadata
 
     def get(self, name: str):
         info = self.md.get_topic(name)

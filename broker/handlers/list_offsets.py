@@ -119,7 +119,7 @@ def _high_watermark_unknown(part) -> bool:
 @api(2, 1, 10)
 async def handle_list_offsets(ctx: RequestContext, request) -> ListOffsetsResponse:
     v = ctx.api_version
-    rm = ctx.broker.replica_manager
+    rm = ctx.partitions
     isolation = request.isolation_level if v >= 2 else 0
     topics = []
     described = ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in request.topics))

@@ -28,7 +28,7 @@ from broker.authorized_operations import (
     cluster_authorized_operations,
 )
 from broker.handlers import RequestContext, api
-from broker.metadata import TopicInfo, validate_topic_name
+from cluster.metadata_store import TopicInfo, validate_topic_name
 from protocol.errors import ErrorCode, KafkaError
 
 AUTHORIZED_OPERATIONS_OMITTED = None  # kafka-python "bitfield": encodes as Kafka's INT32_MIN "not requested"
@@ -38,7 +38,7 @@ PartitionMeta = Topic.MetadataResponsePartition
 
 
 def topic_metadata(ctx: RequestContext, info: TopicInfo, version: int) -> Topic:
-    md = ctx.broker.metadata
+    md = ctx.metadata
     parts = []
     for p in range(info.num_partitions):
         replicas = md.replicas(info.name, p)
@@ -60,15 +60,14 @@ def error_topic(name: str | None, code: ErrorCode, version: int, topic_id=None) 
 @api(3, 0, 12)
 async def handle_metadata(ctx: RequestContext, request) -> MetadataResponse:
     v = ctx.api_version
-    broker = ctx.broker
-    md = broker.metadata
+    md = ctx.metadata
     topics: list[Topic] = []
     requested = request.topics
     if requested is None or (v == 0 and not requested):
         visible = ctx.authorized(AclOperation.DESCRIBE, ResourceType.TOPIC, md.topics())
         topics = [topic_metadata(ctx, info, v) for info in md.topics().values() if info.name in visible]
     else:
-        allow_auto = (request.allow_auto_topic_creation if v >= 4 else True) and broker.config.auto_create_topics_enable
+        allow_auto = (request.allow_auto_topic_creation if v >= 4 else True) and ctx.config.auto_create_topics_enable
         for t in requested:
             name = t.name
             if name is None and getattr(t, "topic_id", None) is not None:
@@ -96,7 +95,7 @@ async def handle_metadata(ctx: RequestContext, request) -> MetadataResponse:
                         continue
                     try:
                         md.check_collision(name)
-                        info = await broker.create_topic(name, broker.config.num_partitions, {})
+                        info = await ctx.services.topics.create_topic(name, ctx.config.num_partitions, {})
                     except KafkaError as e:
                         if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                             topics.append(error_topic(name, e.code, v))

@@ -31,7 +31,7 @@ DEBUGGING_REPLICA_ID = -2
 
 
 def _answer(ctx: RequestContext, topic: str, p, debugging: bool) -> tuple[ErrorCode, int, int]:
-    rm = ctx.broker.replica_manager
+    rm = ctx.partitions
     part, code = rm.get_leader(topic, p.partition)
     if part is None and debugging and code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
         part = rm.get(topic, p.partition)

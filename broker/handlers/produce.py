@@ -26,7 +26,7 @@ request's timeout_ms. The high watermark never advances while this broker's etcd
 fenced, so a cut-off leader stops acknowledging before another can be elected.
 
 Durability: when an append reaches flush.messages, the partition's log is flushed (fsync in an
-executor, see ReplicaManager.flush) and, with acks=1/-1, the response waits for that flush, so
+executor, see broker.log_flusher) and, with acks=1/-1, the response waits for that flush, so
 with flush.messages=1 an acknowledged record is on disk. A failed flush answers
 KAFKA_STORAGE_ERROR for that partition. With acks=0 the flush is only scheduled.
 
@@ -34,8 +34,10 @@ The request is decoded by protocol.fast_codecs: each partition's records are a w
 into the request frame, validated and appended without being copied.
 
 Transactions: a transactional batch must target a partition of the producer's ongoing
-transaction (KIP-890 part 1 verification, in the replica manager). v12 under transaction
-version 2 adds the partitions to the transaction itself first (broker/txn_implicit_add.py).
+transaction: before anything is appended, the batches that open a transaction on their partition
+are verified with the transaction coordinator (KIP-890 part 1), or, from v12 under transaction
+version 2, added to the transaction by it (part 2): one question per request, answers translated
+as Kafka's ReplicaManager does (broker/txn_verification.py, broker/append_path.py).
 
 ACLs (as KafkaApis): a request with a transactional id needs WRITE on it, else every partition
 answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED and nothing is appended; each topic needs WRITE, else
@@ -49,14 +51,15 @@ Deviation: v13 (topic ids in Produce) is not served yet.
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 
 from kafka.protocol.producer import ProduceResponse
 
-from broker.handlers import AclOperation, RequestContext, ResourceType, api
-from broker.metadata import INTERNAL_TOPICS
-from broker.replica_manager import Partition
-from broker.txn_implicit_add import add_produce_partitions
+from broker import log_flusher
+from broker.append_path import TxnRefusal
+from broker.features import TV2_PRODUCE_VERSION, transaction_version
+from broker.handlers import AclOperation, CloseConnection, RequestContext, ResourceType, api
+from broker.partition import Partition
+from cluster.metadata_store import INTERNAL_TOPICS
 from protocol.errors import ErrorCode
 from protocol.fast_codecs import decode_produce_request
 
@@ -67,8 +70,6 @@ RecordError = PartResp.BatchIndexAndErrorMessage
 
 def _all_failed(request, v: int, code: ErrorCode) -> ProduceResponse:
     if request.acks == 0:  # no response is due: close, as for any failed acks=0 produce
-        from broker.server import CloseConnection
-
         raise CloseConnection(f"a Produce with acks=0 failed ({code.name}); closing so the producer notices")
     return ProduceResponse(version=v, throttle_time_ms=0, responses=[
         TopicResp(version=v, name=td.name, partition_responses=[
@@ -77,10 +78,10 @@ def _all_failed(request, v: int, code: ErrorCode) -> ProduceResponse:
         for td in request.topic_data])
 
 
-async def _wait_replicated(rm, waits: list[tuple[Partition, int, object]], timeout_s: float) -> None:
+async def _wait_replicated(hw, waits: list[tuple[Partition, int, object]], timeout_s: float) -> None:
     """acks=all in a cluster: every appended batch waits for the high watermark, all at once,
     bounded by the request's timeout."""
-    codes = await asyncio.gather(*(rm.wait_replicated(part, offset, timeout_s) for part, offset, _ in waits))
+    codes = await asyncio.gather(*(hw.wait_replicated(part, offset, timeout_s) for part, offset, _ in waits))
     for (part, _, resp), code in zip(waits, codes, strict=True):
         if code != ErrorCode.NONE and resp.error_code == ErrorCode.NONE:
             resp.error_code = code
@@ -102,18 +103,28 @@ def _has_transactional_records(request) -> bool:
     return False
 
 
-def _without(request, denied: set[str]):
-    """The request as the transaction's implicit add should see it: without the denied topics."""
-    if not denied:
-        return request
-    return SimpleNamespace(transactional_id=request.transactional_id,
-                           topic_data=[td for td in request.topic_data if td.name not in denied])
+async def _verify_transactions(ctx: RequestContext, request, denied: set[str]) -> dict[Partition, object]:
+    """KIP-890 for the request's transactional batches (broker.append_path): per partition, the
+    verification guard or the refusal. Denied topics and partitions led elsewhere are left out
+    (answered by the normal path)."""
+    rm = ctx.partitions
+    batches = []
+    for td in request.topic_data:
+        if td.name in denied:
+            continue
+        for pd in td.partition_data:
+            part, _ = rm.get_leader(td.name, pd.index)
+            if part is not None and pd.records is not None:
+                batches.append((part, pd.records))
+    add = transaction_version(ctx.metadata, ctx.api_version, TV2_PRODUCE_VERSION) >= 2
+    return await rm.appends.verify_transactions(request.transactional_id, ctx.api_version, add, batches)
 
 
 @api(0, 3, 12, decoder=decode_produce_request)
 async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None:
     v = ctx.api_version
-    rm = ctx.broker.replica_manager
+    rm = ctx.partitions
+    hw = rm.hw
     acks = request.acks
     responses = []
     due: dict[Partition, list] = {}  # partitions whose append reached flush.messages -> their responses
@@ -126,8 +137,8 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
     denied = names - ctx.authorized(AclOperation.WRITE, ResourceType.TOPIC, names)
     failed = False
     new_leaders: set[int] = set()  # KIP-951 (v10+): leaders named in NOT_LEADER_OR_FOLLOWER answers
-    # TV2 (v12): partitions join the transaction here; a refused one is not appended.
-    txn_errors = await add_produce_partitions(ctx.broker, _without(request, denied), v) if request.transactional_id else {}
+    # KIP-890: transactional batches opening a transaction are verified (TV2: added) first.
+    verdicts = await _verify_transactions(ctx, request, denied) if request.transactional_id else {}
     for td in request.topic_data:
         name = td.name
         parts = []
@@ -151,14 +162,13 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
                                                          "This server is not the leader for that topic-partition.")
                 elif pd.records is None:
                     outcome_code, base, lat, lso, msg = ErrorCode.INVALID_RECORD, -1, -1, -1, "null records"
-                elif acks == -1 and (short := rm.min_isr_error(part)):
+                elif acks == -1 and (short := hw.min_isr_error(part)):
                     outcome_code, base, lat, lso, msg = (short, -1, -1, -1, "The size of the current ISR is "
                                                          "insufficient to satisfy the min.isr requirement")
-                elif (name, pd.index) in txn_errors:
-                    outcome_code, base, lat, lso, msg = (txn_errors[(name, pd.index)], -1, -1, -1,
-                                                         "Partition could not be added to the transaction")
+                elif isinstance(verdict := verdicts.get(part), TxnRefusal):
+                    outcome_code, base, lat, lso, msg = verdict.error, -1, -1, -1, verdict.message
                 else:
-                    o = await rm.append_async(part, pd.records, transactional_id=request.transactional_id)
+                    o = await rm.appends.append_client(part, pd.records, verification_guard=verdict)
                     outcome_code, base, lat, lso, msg = o.error, o.base_offset, o.log_append_time, o.log_start_offset, o.message
                     if o.record_errors and v >= 8:  # the field exists from v8
                         record_errors = [RecordError(version=v, batch_index=i, batch_index_error_message=m)
@@ -174,7 +184,7 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
                             error_message=msg if outcome_code else None)
             if outcome_code == ErrorCode.NOT_LEADER_OR_FOLLOWER and v >= 10:
                 # KIP-951: where the leader is now, so the client need not refresh its metadata.
-                md = ctx.broker.metadata
+                md = ctx.metadata
                 leader = md.leader(name, pd.index)
                 resp.current_leader = PartResp.LeaderIdAndEpoch(version=v, leader_id=leader,
                                                                  leader_epoch=md.leader_epoch(name, pd.index))
@@ -187,15 +197,13 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
         responses.append(TopicResp(version=v, name=name, partition_responses=parts))
     if acks == 0:
         for part in due:
-            rm.schedule_flush(part)
+            log_flusher.schedule_flush(part)
         if failed:
-            from broker.server import CloseConnection
-
-            raise CloseConnection("a Produce with acks=0 failed; closing so the producer notices")
+                raise CloseConnection("a Produce with acks=0 failed; closing so the producer notices")
         return None
     if due:
         # Acknowledge only what is fsynced: one flush per partition, all of them in flight at once.
-        settled = await asyncio.gather(*(rm.flush(part) for part in due), return_exceptions=True)
+        settled = await asyncio.gather(*(log_flusher.flush(part) for part in due), return_exceptions=True)
         for (part, resps), res in zip(due.items(), settled, strict=True):
             if isinstance(res, BaseException):
                 for resp in resps:
@@ -203,7 +211,7 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
                     resp.base_offset = resp.log_append_time_ms = -1
                     resp.error_message = f"Flushing {part.topic}-{part.index} to disk failed: {res!r}"
     if replicated:
-        await _wait_replicated(rm, replicated, request.timeout_ms / 1000)
+        await _wait_replicated(hw, replicated, request.timeout_ms / 1000)
     endpoints = {}
     if new_leaders:
         endpoints["node_endpoints"] = [

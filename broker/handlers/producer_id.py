@@ -67,12 +67,12 @@ async def handle_init_producer_id(ctx: RequestContext, request) -> InitProducerI
     else:
         if enable_2pc and _two_phase_commit_denied(ctx, request.transactional_id):
             return _response(v, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-        code, pid, epoch, ongoing_pid, ongoing_epoch = await ctx.broker.txn_coordinator.init_producer_id_2pc(
+        code, pid, epoch, ongoing_pid, ongoing_epoch = await ctx.services.txn_coordinator.init_producer_id_2pc(
             request.transactional_id, request.transaction_timeout_ms,
             request.producer_id if v >= 3 else -1, request.producer_epoch if v >= 3 else -1,
             enable_2pc=enable_2pc, keep_prepared_txn=keep_prepared)
         if code == ErrorCode.PRODUCER_FENCED and v < 4:
             code = ErrorCode.INVALID_PRODUCER_EPOCH
         return _response(v, code, pid, epoch, ongoing_pid, ongoing_epoch)
-    pid = ctx.broker.producer_ids.generate()
+    pid = ctx.services.producer_ids.generate()
     return _response(v, ErrorCode.NONE, pid, 0)

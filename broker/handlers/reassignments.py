@@ -71,13 +71,13 @@ async def handle_alter_partition_reassignments(ctx: RequestContext, request) -> 
     if not ctx.authorize_cluster(AclOperation.ALTER):
         err = KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
         return _alter_response(v, {name: dict.fromkeys(parts, err) for name, parts in requested.items()}, err)
-    md = ctx.broker.metadata
+    md = ctx.metadata
     alter = getattr(md, "alter_reassignments", None)
     timeout_s = max(request.timeout_ms, 0) / 1000
     outcomes: dict[str, dict[int, KafkaError | None]] = {}
     for name, changes in requested.items():
         if alter is None:
-            outcomes[name] = _single_node(md, ctx.broker.node_id, name, changes)
+            outcomes[name] = _single_node(md, ctx.node_id, name, changes)
             continue
         try:
             outcomes[name] = await alter(name, changes, timeout_s=timeout_s)
@@ -93,7 +93,7 @@ async def handle_list_partition_reassignments(ctx: RequestContext, request) -> L
         return ListPartitionReassignmentsResponse(version=v, throttle_time_ms=0,
                                                   error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                                                   error_message=None, topics=[])
-    listing = getattr(ctx.broker.metadata, "reassignments", None)
+    listing = getattr(ctx.metadata, "reassignments", None)
     ongoing = listing() if listing is not None else {}
     if request.topics is not None:
         wanted = {(t.name, p) for t in request.topics for p in t.partition_indexes}

@@ -22,7 +22,7 @@ import time
 from kafka.protocol.admin import DeleteRecordsResponse
 
 from broker.handlers import AclOperation, RequestContext, ResourceType, api
-from broker.replica_manager import Partition
+from broker.partition import Partition
 from protocol.errors import ErrorCode
 
 TopicRes = DeleteRecordsResponse.DeleteRecordsTopicResult
@@ -36,7 +36,7 @@ _POLL_S = 0.01
 @api(21, 0, 2)
 async def handle_delete_records(ctx: RequestContext, request) -> DeleteRecordsResponse:
     v = ctx.api_version
-    rm = ctx.broker.replica_manager
+    rm = ctx.partitions
     deletable = ctx.authorized(AclOperation.DELETE, ResourceType.TOPIC, (t.name for t in request.topics))
     results: dict[tuple[str, int], list] = {}  # (topic, partition) -> [code, low watermark]
     pending: dict[tuple[str, int], tuple[Partition, int]] = {}  # waiting for the followers
@@ -77,13 +77,13 @@ def _low_watermark(ctx: RequestContext, part: Partition) -> int:
     ls = part.leader_state
     if ls is None:
         return part.log.log_start_offset
-    alive = (b.node_id for b in ctx.broker.metadata.brokers())
+    alive = (b.node_id for b in ctx.metadata.brokers())
     return ls.low_watermark(part.log.log_start_offset, alive)
 
 
 async def _wait_for_followers(ctx: RequestContext, timeout_ms: int, pending: dict[tuple[str, int], tuple[Partition, int]],
                               results: dict[tuple[str, int], list]) -> None:
-    rm = ctx.broker.replica_manager
+    rm = ctx.partitions
     deadline = time.monotonic() + max(timeout_ms, 0) / 1000
     while pending:
         for key, (part, target) in list(pending.items()):

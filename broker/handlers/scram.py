@@ -24,7 +24,7 @@ async def handle_describe_user_scram_credentials(ctx: RequestContext, request) -
     v = ctx.api_version
     R = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
     info = R.CredentialInfo
-    creds = ctx.broker.metadata.scram_credentials()
+    creds = ctx.metadata.scram_credentials()
     if not ctx.authorize_cluster(AclOperation.DESCRIBE):
         code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         return DescribeUserScramCredentialsResponse(version=v, throttle_time_ms=0, error_code=code, error_message=None,
@@ -64,7 +64,7 @@ async def handle_describe_user_scram_credentials(ctx: RequestContext, request) -
 @api(51, 0, 0)
 async def handle_alter_user_scram_credentials(ctx: RequestContext, request) -> AlterUserScramCredentialsResponse:
     v = ctx.api_version
-    store = ctx.broker.metadata
+    store = ctx.metadata
     ups = list(request.upsertions)
     if not ctx.authorize_cluster(AclOperation.ALTER):
         users = dict.fromkeys([d.name for d in request.deletions] + [u.name for u in ups])

@@ -40,14 +40,14 @@ from broker.admin_limits import (
 )
 from broker.config import ConfigError, describe_topic_config, validate_topic_configs
 from broker.handlers import AclOperation, RequestContext, ResourceType, api
-from broker.metadata import INTERNAL_TOPICS, validate_topic_name
+from cluster.metadata_store import INTERNAL_TOPICS, validate_topic_name
 from protocol.errors import ErrorCode, KafkaError
 
 CreatableTopicResult = CreateTopicsResponse.CreatableTopicResult
 
 
 def _check_replication(ctx: RequestContext, rf: int, assignments) -> None:
-    live = {b.node_id for b in ctx.broker.metadata.brokers()}
+    live = {b.node_id for b in ctx.metadata.brokers()}
     if assignments:
         for a in assignments:
             if not a.broker_ids or any(b not in live for b in a.broker_ids):
@@ -75,9 +75,9 @@ def _failed_request(v: int, request, error: KafkaError) -> CreateTopicsResponse:
 @api(19, 2, 7)
 async def handle_create_topics(ctx: RequestContext, request) -> CreateTopicsResponse:
     v = ctx.api_version
-    broker = ctx.broker
-    md = broker.metadata
-    default_partitions = broker.config.num_partitions
+    admin = ctx.services.topics
+    md = ctx.metadata
+    default_partitions = ctx.config.num_partitions
     names = Counter(t.name for t in request.topics)
     try:
         # Kafka's controller counts the requested partitions first (duplicates are dropped
@@ -135,11 +135,11 @@ async def handle_create_topics(ctx: RequestContext, request) -> CreateTopicsResp
         try:
             if request.validate_only:
                 if name not in INTERNAL_TOPICS:
-                    broker.check_partition_limit(validated + n)
+                    admin.check_partition_limit(validated + n)
                     validated += n
             else:
                 t = by_name[name]  # cluster mode places replicas (a single node ignores both)
-                info = await broker.create_topic(name, n, configs, replication_factor=t.replication_factor,
+                info = await admin.create_topic(name, n, configs, replication_factor=t.replication_factor,
                                                  assignment={a.partition_index: list(a.broker_ids)
                                                              for a in t.assignments or ()} or None)
                 res.topic_id = info.topic_id
@@ -153,7 +153,7 @@ async def handle_create_topics(ctx: RequestContext, request) -> CreateTopicsResp
                     CreatableTopicResult.CreatableTopicConfigs(
                         version=v, name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
                         is_sensitive=e.sensitive)
-                    for e in describe_topic_config(configs, broker.config)
+                    for e in describe_topic_config(configs, ctx.config)
                 ]
         except KafkaError as e:
             res.error_code = e.code
@@ -164,7 +164,7 @@ async def handle_create_topics(ctx: RequestContext, request) -> CreateTopicsResp
 @api(20, 1, 6)
 async def handle_delete_topics(ctx: RequestContext, request) -> DeleteTopicsResponse:
     v = ctx.api_version
-    md = ctx.broker.metadata
+    md = ctx.metadata
     if v >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
@@ -187,12 +187,12 @@ async def handle_delete_topics(ctx: RequestContext, request) -> DeleteTopicsResp
                                      "This server does not host this topic-partition.")
             if not ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, info.name):
                 raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-            if not ctx.broker.config.get("delete.topic.enable"):
+            if not ctx.config.get("delete.topic.enable"):
                 raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
             if info.internal:
                 raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Internal topics cannot be deleted")
             res.name, res.topic_id = info.name, info.topic_id
-            await ctx.broker.delete_topic(info.name)
+            await ctx.services.topics.delete_topic(info.name)
         except KafkaError as e:
             res.error_code = e.code
             res.error_message = e.message
@@ -203,8 +203,8 @@ async def handle_delete_topics(ctx: RequestContext, request) -> DeleteTopicsResp
 @api(37, 0, 3)
 async def handle_create_partitions(ctx: RequestContext, request) -> CreatePartitionsResponse:
     v = ctx.api_version
-    broker = ctx.broker
-    md = broker.metadata
+    admin = ctx.services.topics
+    md = ctx.metadata
     outcomes: list[tuple[str, ErrorCode, str | None]] = []
     planned: list[tuple[int, str, int, int, bool]] = []  # (outcome index, topic, new total, added, internal)
     for t in request.topics:
@@ -234,10 +234,10 @@ async def handle_create_partitions(ctx: RequestContext, request) -> CreatePartit
         try:
             if request.validate_only:
                 if not internal:
-                    broker.check_partition_limit(validated + added)
+                    admin.check_partition_limit(validated + added)
                     validated += added
             else:
-                await broker.add_partitions(name, count)
+                await admin.add_partitions(name, count)
         except KafkaError as e:
             outcomes[i] = (name, e.code, e.message)
     return CreatePartitionsResponse(version=v, throttle_time_ms=0, results=[

@@ -53,7 +53,6 @@ from kafka.protocol.producer import (
 
 from broker.features import TV2_END_TXN_VERSION, TV2_TXN_OFFSET_COMMIT_VERSION, transaction_version
 from broker.handlers import AclOperation, RequestContext, ResourceType, api
-from broker.txn_verification import ask_coordinator, coordinator_answer
 from protocol.errors import ErrorCode
 
 
@@ -72,7 +71,7 @@ def _group_ok(ctx: RequestContext, group_id: str) -> bool:
 
 
 def _coordinator(ctx: RequestContext):
-    return ctx.broker.txn_coordinator
+    return ctx.services.txn_coordinator
 
 
 APResult = AddPartitionsToTxnResponse.AddPartitionsToTxnResult
@@ -86,7 +85,7 @@ async def _add_partitions(ctx: RequestContext, tid: str, pid: int, epoch: int, t
     if not _txn_ok(ctx, tid):
         return dict.fromkeys(wanted, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     writable = ctx.authorized(AclOperation.WRITE, ResourceType.TOPIC, (tp[0] for tp in wanted))
-    md = ctx.broker.metadata
+    md = ctx.metadata
 
     def exists(topic: str, p: int) -> bool:  # in a cluster the coordinator need not host the partition
         info = md.get_topic(topic)
@@ -134,7 +133,7 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request) -> AddParti
 @api(25, 0, 3)
 async def handle_add_offsets_to_txn(ctx: RequestContext, request) -> AddOffsetsToTxnResponse:
     v = ctx.api_version
-    gc = getattr(ctx.broker, "group_coordinator", None)
+    gc = ctx.services.group_coordinator
     if gc is None:
         return AddOffsetsToTxnResponse(version=v, throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
     if not _txn_ok(ctx, request.transactional_id) or not _group_ok(ctx, request.group_id):
@@ -154,7 +153,7 @@ async def handle_end_txn(ctx: RequestContext, request) -> EndTxnResponse:
     if not _txn_ok(ctx, request.transactional_id):
         return EndTxnResponse(version=v, throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                               producer_id=-1, producer_epoch=-1)
-    tv = transaction_version(ctx.broker, v, TV2_END_TXN_VERSION)
+    tv = transaction_version(ctx.metadata, v, TV2_END_TXN_VERSION)
     code, pid, epoch = await _coordinator(ctx).end_transaction(
         request.transactional_id, request.producer_id, request.producer_epoch, request.committed, tv)
     return EndTxnResponse(version=v, throttle_time_ms=0, error_code=fenced(code, v, 2), producer_id=pid,
@@ -166,7 +165,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request) -> TxnOffsetCom
     v = ctx.api_version
     T = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
     P = T.TxnOffsetCommitResponsePartition
-    gc = getattr(ctx.broker, "group_coordinator", None)
+    gc = ctx.services.group_coordinator
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     denied: dict[tuple[str, int], int] = {}
     if not _txn_ok(ctx, request.transactional_id):
@@ -182,18 +181,14 @@ async def handle_txn_offset_commit(ctx: RequestContext, request) -> TxnOffsetCom
         codes = denied
     else:
         offsets_tp = (gc.topic, gc.partition_for(request.group_id))
-        if transaction_version(ctx.broker, v, TV2_TXN_OFFSET_COMMIT_VERSION) >= 2:
-            # TV2: no AddOffsetsToTxn; the offsets partition joins the transaction here.
+        # The transactional id's coordinator may be another broker than this group coordinator.
+        add = transaction_version(ctx.metadata, v, TV2_TXN_OFFSET_COMMIT_VERSION) >= 2
+        if add:  # TV2: no AddOffsetsToTxn; the offsets partition joins the transaction here.
             await gc.ensure_topic()
-            check = (await ask_coordinator(ctx.broker, request.transactional_id, request.producer_id,
-                                           request.producer_epoch, [offsets_tp], add=True))[offsets_tp]
-        elif getattr(ctx.broker, "cluster", None) is not None:
-            # The transactional id's coordinator may be another broker than this group coordinator.
-            check = await coordinator_answer(ctx.broker, request.transactional_id, request.producer_id,
-                                             request.producer_epoch, *offsets_tp)
-        else:
-            check = _coordinator(ctx).verify_partition(request.transactional_id, request.producer_id,
-                                                       request.producer_epoch, *offsets_tp)
+        check = (await ctx.services.verifier.ask(request.transactional_id, request.producer_id,
+                                                 request.producer_epoch, [offsets_tp], add=add))[offsets_tp]
+        if check == ErrorCode.NETWORK_EXCEPTION:  # the coordinator could not be asked: retriable here
+            check = ErrorCode.COORDINATOR_NOT_AVAILABLE
         if check == ErrorCode.INVALID_PRODUCER_EPOCH:
             check = ErrorCode.PRODUCER_FENCED
         if check != ErrorCode.NONE:
@@ -262,7 +257,7 @@ async def handle_describe_producers(ctx: RequestContext, request) -> DescribePro
     T = DescribeProducersResponse.TopicResponse
     P = T.PartitionResponse
     S = P.ProducerState
-    rm = ctx.broker.replica_manager
+    rm = ctx.partitions
     topics = []
     readable = ctx.authorized(AclOperation.READ, ResourceType.TOPIC, (t.name for t in request.topics))
     for t in request.topics:

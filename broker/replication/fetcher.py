@@ -8,7 +8,7 @@ leader epoch, the log end offset as fetch offset and the latest local epoch as l
 ``replica.fetch.max.bytes`` per partition, ``replica.fetch.response.max.bytes`` in all,
 ``replica.fetch.min.bytes`` and ``replica.fetch.wait.max.ms`` for the long poll. Answers:
 
-* records: appended exactly as the leader wrote them (ReplicaManager.append_as_follower), then the
+* records: appended exactly as the leader wrote them (broker.replication.follower), then the
   follower's high watermark = min(leader's, own log end offset);
 * diverging_epoch: the local log is truncated (replication.truncation) and fetching goes on;
 * OFFSET_OUT_OF_RANGE below the leader's log start: the log restarts at the leader's log start;
@@ -37,18 +37,17 @@ import contextlib
 import logging
 import time
 import zlib
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from kafka.protocol.consumer import FetchRequest
 
-from broker import inter_broker_security
 from broker.fetch_sessions import INITIAL_EPOCH, next_epoch
+from broker.partition import Partition
+from broker.replication import follower
+from broker.replication.env import ReplicaEnv
 from broker.replication.truncation import truncation_offset
 from protocol.client import ProtocolClient
 from protocol.errors import ErrorCode
-
-if TYPE_CHECKING:
-    from broker.replica_manager import Partition, ReplicaManager
 
 log = logging.getLogger("broker.replication.fetcher")
 
@@ -64,9 +63,11 @@ def fetcher_id(topic: str, partition: int, num_fetchers: int) -> int:
 
 
 class ReplicaFetcherManager:
-    def __init__(self, rm: ReplicaManager) -> None:
-        self.rm = rm
-        self.broker = rm.broker
+    """``lookup(topic, index)``: the partition this broker holds now (None once deleted or moved)."""
+
+    def __init__(self, env: ReplicaEnv, lookup: Callable[[str, int], Partition | None]) -> None:
+        self.env = env
+        self.lookup = lookup
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._of: dict[tuple[str, int], ReplicaFetcher] = {}
         # Set by stop(): metadata events still arrive while the broker stops (the etcd watch runs
@@ -74,7 +75,7 @@ class ReplicaFetcherManager:
         self._stopped = False
 
     def _setting(self, name: str, default: int) -> int:
-        value = self.broker.config.get(name)
+        value = self.env.config.get(name)
         return default if value is None else int(value)
 
     def add(self, part: Partition, leader: int) -> None:
@@ -123,8 +124,7 @@ class ReplicaFetcherManager:
 class ReplicaFetcher:
     def __init__(self, manager: ReplicaFetcherManager, leader: int, fid: int) -> None:
         self.manager = manager
-        self.rm = manager.rm
-        self.broker = manager.broker
+        self.env = manager.env
         self.leader = leader
         self.key = (leader, fid)
         self.partitions: dict[tuple[str, int], Partition] = {}
@@ -174,22 +174,14 @@ class ReplicaFetcher:
     def _backoff_s(self) -> float:
         return self.manager._setting("replica.fetch.backoff.ms", 1000) / 1000
 
-    def _address(self) -> tuple[str, int] | None:
-        cfg = self.broker.config
-        listener = cfg.get("inter.broker.listener.name") or cfg.listeners[0].name
-        for b in self.broker.metadata.brokers():
-            if b.node_id == self.leader:
-                return b.address(listener)
-        return None
-
     async def _connect(self) -> ProtocolClient | None:
         if self._client is not None:
             return self._client
-        addr = self._address()
-        if addr is None:
+        addr = self.env.inter_broker_address(self.leader)
+        if addr is None or self.env.connect is None:
             return None
-        client = await asyncio.wait_for(inter_broker_security.connect(
-            self.broker, addr[0], addr[1], client_id=f"broker-{self.broker.node_id}-fetcher-{self.key[1]}"), 10)
+        client = await asyncio.wait_for(self.env.connect(
+            addr[0], addr[1], f"broker-{self.env.node_id}-fetcher-{self.key[1]}"), 10)
         self._client = client
         return client
 
@@ -258,7 +250,7 @@ class ReplicaFetcher:
                     forgotten.setdefault(topic, []).append(index)
         self._pending_state = state
         return FetchRequest(
-            version=FETCH_VERSION, replica_id=self.broker.node_id,
+            version=FETCH_VERSION, replica_id=self.env.node_id,
             max_wait_ms=m._setting("replica.fetch.wait.max.ms", 500),
             min_bytes=m._setting("replica.fetch.min.bytes", 1),
             max_bytes=m._setting("replica.fetch.response.max.bytes", 10485760),
@@ -298,7 +290,7 @@ class ReplicaFetcher:
             for pr in t.partitions:
                 key = (t.topic, pr.partition_index)
                 part = self.partitions.get(key)
-                if part is None or self.rm.get(*key) is not part:
+                if part is None or self.manager.lookup(*key) is not part:
                     continue  # moved or deleted while the fetch was out
                 await self._handle_partition(part, pr)
 
@@ -314,7 +306,7 @@ class ReplicaFetcher:
                 log.info("%s-%d: log diverges from leader %d (its epoch %d ends at %d): truncating %d -> %d",
                          part.topic, part.index, self.leader, de.epoch, de.end_offset, lg.log_end_offset, offset)
                 before = (lg.log_end_offset, lg.latest_epoch)
-                self.rm.truncate_follower(part, offset)
+                follower.truncate(part, offset)
                 if (lg.log_end_offset, lg.latest_epoch) == before:
                     # Nothing changed: asking again at once would spin; the leader's view may
                     # still be settling (a new epoch), so back off.
@@ -322,20 +314,20 @@ class ReplicaFetcher:
                 return
             records = pr.records
             if records:
-                await self.rm.append_as_follower(part, records)
-            self.rm.update_follower_high_watermark(part, pr.high_watermark, pr.log_start_offset)
+                await follower.append_as_follower(part, records)
+            follower.update_high_watermark(part, pr.high_watermark, pr.log_start_offset)
             return
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             leader_start = pr.log_start_offset
             if leader_start >= 0 and lg.log_end_offset < leader_start:
                 log.info("%s-%d: log end %d below leader %d's log start %d: restarting the log there",
                          part.topic, part.index, lg.log_end_offset, self.leader, leader_start)
-                self.rm.truncate_follower(part, leader_start, fully=True)
+                follower.truncate(part, leader_start, fully=True)
             else:
                 offset = min(part.high_watermark, lg.log_end_offset)
                 log.info("%s-%d: fetch offset %d out of range on leader %d; truncating to the high watermark %d",
                          part.topic, part.index, lg.log_end_offset, self.leader, offset)
-                self.rm.truncate_follower(part, offset)
+                follower.truncate(part, offset)
                 self.delay[key] = time.monotonic() + self._backoff_s()
             return
         # Not (yet) the leader of this epoch, or gone: wait for metadata to catch up.

@@ -17,11 +17,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
 
-if TYPE_CHECKING:
-    from broker.replica_manager import Partition, ReplicaManager
+from broker.partition import Partition
+from broker.replication.env import ReplicaEnv
+from broker.replication.high_watermark import HighWatermarks
 
 log = logging.getLogger("broker.replication.isr")
 
@@ -29,15 +29,18 @@ VIEW_WAIT_S = 10.0
 
 
 class IsrManager:
-    def __init__(self, rm: ReplicaManager) -> None:
-        self.rm = rm
-        self.broker = rm.broker
+    """``partitions()``: the partitions this broker holds now."""
+
+    def __init__(self, env: ReplicaEnv, partitions: Callable[[], Iterable[Partition]], hw: HighWatermarks) -> None:
+        self.env = env
+        self.partitions = partitions
+        self.hw = hw
         self._task: asyncio.Task[None] | None = None
         self._states = None
 
     @property
     def lag_max_ms(self) -> int:
-        return int(self.broker.config.get("replica.lag.time.max.ms") or 30000)
+        return int(self.env.config.get("replica.lag.time.max.ms") or 30000)
 
     def start(self) -> None:
         if self._task is None:
@@ -49,7 +52,7 @@ class IsrManager:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        tasks = [p.leader_state.isr_change for p in self.rm.all()
+        tasks = [p.leader_state.isr_change for p in self.partitions()
                  if p.leader_state is not None and p.leader_state.isr_change is not None]
         for t in tasks:
             t.cancel()
@@ -65,11 +68,11 @@ class IsrManager:
                 log.exception("ISR expiration check failed")
 
     def shrink_lagging(self) -> None:
-        md = self.broker.metadata
-        me = self.broker.node_id
+        md = self.env.metadata
+        me = self.env.node_id
         now = int(time.time() * 1000)
         lag = self.lag_max_ms
-        for part in list(self.rm.all()):
+        for part in list(self.partitions()):
             ls = part.leader_state
             if ls is None or ls.isr_change is not None:
                 continue
@@ -84,7 +87,7 @@ class IsrManager:
         ls = part.leader_state
         if ls is None or ls.isr_change is not None:
             return
-        md = self.broker.metadata
+        md = self.env.metadata
         if replica in md.isr(part.topic, part.index) or replica not in md.replicas(part.topic, part.index):
             return
         if not ls.may_join_isr(replica, part.high_watermark):
@@ -115,9 +118,9 @@ class IsrManager:
 
         ls = part.leader_state
         assert ls is not None
-        md = self.broker.metadata
-        me = self.broker.node_id
-        cluster = self.broker.cluster
+        md = self.env.metadata
+        me = self.env.node_id
+        cluster = self.env.cluster
         try:
             state = md.partition_state(part.topic, part.index)
             if (state is None or state.leader != me or state.leader_epoch != ls.epoch or md.fenced()
@@ -151,4 +154,4 @@ class IsrManager:
             ls.isr_change = None
             ls.pending_isr_adds = set()
             if part.leader_state is ls:
-                self.rm.maybe_advance_high_watermark(part)
+                self.hw.maybe_advance(part)

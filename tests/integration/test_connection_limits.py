@@ -2,7 +2,7 @@
 that arrived, and the queued.max.request.bytes pool pausing reads instead of closing connections.
 
 Memory held by a partly read frame is measured inside the broker through a test-only trace: with
-``KBROKERTEST_TRACE_REQUEST_BUFFERS=1`` and DEBUG logging, broker/server.py logs the size of a partial
+``KBROKERTEST_TRACE_REQUEST_BUFFERS=1`` and DEBUG logging, broker/connection.py logs the size of a partial
 frame's buffer after every read ("request buffer holds N bytes (R received of S)"). It reports
 ``len()`` of the very bytearray the socket is read into, so it cannot drift from the real thing,
 and costs nothing when the variable is unset.

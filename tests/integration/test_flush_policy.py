@@ -11,7 +11,7 @@ Against a real broker subprocess (confluent-kafka clients), the recovery point i
   above were flushed by their policy, not by something else).
 
 A subprocess cannot show *when* the fsync happened relative to the response, so the Produce
-handler is also driven in-process (a Log, a ReplicaManager, no server): the response exists
+handler is also driven in-process (a real broker in the test's event loop, tests/helpers/inproc.py): the response exists
 only once the flush completed, the fsync runs on an executor thread, concurrent produces to one
 partition never overlap two flushes, acks=0 only schedules one, and a failing fsync answers
 KAFKA_STORAGE_ERROR.
@@ -23,22 +23,19 @@ import asyncio
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.producer import ProduceRequest
 
-from broker.handlers import RequestContext
 from broker.handlers.produce import handle_produce
-from broker.replica_manager import Partition, ReplicaManager
 from protocol.errors import ErrorCode
 from protocol.fast_codecs import decode_produce_request
 from storage.batch import build_batch
 from storage.checkpoints import RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile
-from storage.log import FlushPlan, Log
-from storage.log_config import LogConfig
+from storage.log import FlushPlan
+from tests.helpers.inproc import in_process_broker, request_context
 
 OVERRIDES = {"log.flush.offset.checkpoint.interval.ms": "100"}
 WAIT_S = 20
@@ -139,23 +136,14 @@ def _request(acks: int, topic: str = "t", partitions: tuple[int, ...] = (0,)) ->
 
 
 @pytest.fixture
-def in_process(tmp_path: Path):  # noqa: ANN201
-    """A ReplicaManager over real logs (flush.messages=1), and a RequestContext reaching it."""
-    # A single node that leads every partition (what ReplicaManager asks of its broker and store).
-    metadata = SimpleNamespace(leader=lambda topic, partition: 1, fenced=lambda: False,
-                               replicas=lambda topic, partition: [1])
-    fake_broker = SimpleNamespace(metadata=metadata, node_id=1, cluster=None, _authorizer=None)
-    rm = ReplicaManager(fake_broker)  # type: ignore[arg-type]
-    fake_broker.replica_manager = rm
-    logs = []
-    for p in range(2):
-        lg = Log.open(tmp_path / f"t-{p}", LogConfig(flush_messages=1))
-        rm.partitions[("t", p)] = Partition("t", p, lg, 0, 1 << 20)
-        logs.append(lg)
-    ctx = RequestContext(fake_broker, 0, 9, 1, "test", "127.0.0.1", 1, 1)  # type: ignore[arg-type]
-    yield rm, ctx, logs
-    for lg in logs:
-        lg.close()
+async def in_process(tmp_path: Path):  # noqa: ANN201
+    """A broker in this event loop with topic "t" (2 partitions, flush.messages=1), and a Produce
+    RequestContext reaching it."""
+    async with in_process_broker(tmp_path / "data") as broker:
+        await broker.services.topics.create_topic("t", 2, {"flush.messages": "1"})
+        rm = broker.services.partitions
+        logs = [rm.get("t", p).log for p in range(2)]
+        yield rm, request_context(broker, 0, 9), logs
 
 
 @pytest.fixture
@@ -231,10 +219,8 @@ async def test_failed_fsync_answers_storage_error(in_process, monkeypatch: pytes
 async def test_coordinator_appends_return_only_after_the_flush(in_process, syncs) -> None:
     """Coordinator records (offset commits, transaction state) go through LocalPartitionAccess;
     with flush.messages=1 they must be fsynced before the coordinator answers its client."""
-    from broker.coordinator_bridge import LocalPartitionAccess
-
     rm, ctx, logs = in_process
-    access = LocalPartitionAccess(SimpleNamespace(replica_manager=rm, node_id=1))  # type: ignore[arg-type]
+    access = ctx.services.txn_coordinator.access
     offset = await access.append("t", 1, bytes(build_batch([(b"k", b"v")])))
     assert offset == 0
     assert logs[1].recovery_point == logs[1].log_end_offset == 1

@@ -21,7 +21,7 @@ from tests.helpers.waiting import wait_for
 from tests.helpers.wire import RawConnection
 
 # How long every metadata write holds its complete temporary file before the rename
-# (KBROKERTEST_DELAY_POINT, broker/metadata.py): long enough that the next client's write starts
+# (KBROKERTEST_DELAY_POINT, cluster/local_store.py): long enough that the next client's write starts
 # inside the window even on a loaded machine.
 WRITE_DELAY_MS = 1000
 DELAY_LINE = "fault injection: delaying metadata.before_rename"

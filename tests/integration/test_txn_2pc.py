@@ -1,4 +1,4 @@
-"""Two-phase commit (KIP-939, issue 19 item 2): a real broker, the protocol/two_phase.py client in
+"""Two-phase commit (KIP-939, issue 19 item 2): a real broker, the spark_jobs/twopc_producer.py client in
 separate processes, confluent-kafka read_committed readers, ``kbroker transactions`` and
 ``kbroker dump-log``.
 
@@ -42,7 +42,7 @@ CONFIG = {"transaction.two.phase.commit.enable": "true",
 
 PREPARE = textwrap.dedent("""
     import asyncio, sys
-    from protocol.two_phase import TwoPhaseProducer
+    from spark_jobs.twopc_producer import TwoPhaseProducer
 
     async def main(bootstrap, tid, topic, n):
         p = TwoPhaseProducer(bootstrap, tid)
@@ -58,7 +58,7 @@ PREPARE = textwrap.dedent("""
 
 COMPLETE = textwrap.dedent("""
     import asyncio, sys
-    from protocol.two_phase import PreparedTxnState, TwoPhaseProducer
+    from spark_jobs.twopc_producer import PreparedTxnState, TwoPhaseProducer
 
     async def main(bootstrap, tid, state):
         async with TwoPhaseProducer(bootstrap, tid) as p:
@@ -187,7 +187,7 @@ async def test_two_phase_commit_disabled_refuses_enable2pc(broker_factory):
 
 
 async def test_force_terminate_aborts_a_prepared_transaction(broker_factory):
-    from protocol.two_phase import TwoPhaseProducer
+    from spark_jobs.twopc_producer import TwoPhaseProducer
 
     broker = broker_factory(CONFIG)
     async with ProtocolClient(*_addr(broker)) as c:

@@ -13,9 +13,8 @@ import pytest
 from kafka_util import create_topic, produce, read_all, values
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from protocol.two_phase import PreparedTxnState
 from spark_jobs import sink, sink_2pc
-from spark_jobs.twopc_producer import SinkProducer
+from spark_jobs.twopc_producer import PreparedTxnState, SinkProducer
 
 SINK_SCHEMA = StructType([StructField("key", BinaryType()), StructField("value", StringType())])
 TWO_PC = {"transaction.two.phase.commit.enable": "true"}
@@ -195,7 +194,7 @@ def _open_any(bootstrap: str) -> list[str]:
 def test_commit_fails_when_a_prepared_transaction_was_lost(broker_factory: Any, tmp_path: Path) -> None:
     """A task's prepared transaction aborted behind the driver's back (force-terminate, a stray
     recovery): the commit must fail the batch, not report it committed without those rows."""
-    from protocol.two_phase import TwoPhaseError
+    from spark_jobs.twopc_producer import TwoPhaseError
 
     broker = broker_factory(TWO_PC)
     create_topic(broker.bootstrap, "out", partitions=2)

@@ -41,14 +41,14 @@ def test_follower_copy_is_byte_identical_with_epochs(tmp_path: Path) -> None:
     follower.close()
 
 
-def test_replica_manager_skips_held_batches_and_heals_a_straddling_one(tmp_path: Path) -> None:
+def test_follower_append_skips_held_batches_and_heals_a_straddling_one(tmp_path: Path) -> None:
     """A fetch answer starts at the batch holding the fetch offset. Batches the follower already
     has are skipped; a batch straddling the follower's log end (the logs cut batches differently
     there) makes the follower truncate to that batch and take the leader's."""
     import asyncio
-    from types import SimpleNamespace
 
-    from broker.replica_manager import Partition, ReplicaManager
+    from broker.partition import Partition
+    from broker.replication.follower import append_as_follower
 
     leader = Log.open(tmp_path / "leader" / "t-0", LogConfig())
     for n in (3, 3):  # batches [0-2], [3-5]
@@ -62,14 +62,11 @@ def test_replica_manager_skips_held_batches_and_heals_a_straddling_one(tmp_path:
     follower.append(odd, list(rb.iter_headers(odd)), leader_epoch=0, now_ms=1)
     assert follower.log_end_offset == 4
 
-    fake = SimpleNamespace(cluster=None, node_id=2, metadata=None, _authorizer=None)
-    rm = ReplicaManager(fake)  # type: ignore[arg-type]
     part = Partition("t", 0, follower, 0, 1 << 20, replicated=True)
-    rm.partitions[("t", 0)] = part
-    asyncio.run(rm.append_as_follower(part, batches[0] + batches[1]))
+    asyncio.run(append_as_follower(part, batches[0] + batches[1]))
     assert follower.log_end_offset == 6
     assert [d for _, d in follower.iter_batches(0)] == batches
-    asyncio.run(rm.append_as_follower(part, batches[1]))  # all held already: nothing happens
+    asyncio.run(append_as_follower(part, batches[1]))  # all held already: nothing happens
     assert follower.log_end_offset == 6
     leader.close()
     follower.close()

@@ -7,7 +7,8 @@ import asyncio
 
 import pytest
 
-from broker.metadata import BrokerInfo, LocalMetadataStore
+from cluster.local_store import LocalMetadataStore
+from cluster.metadata_store import BrokerInfo
 
 
 def _reopen(tmp_path) -> set[str]:

@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from broker.handlers.configs import APPEND, DELETE, SET, SUBTRACT, _apply_ops
-from broker.metadata import BrokerInfo, LocalMetadataStore, validate_topic_name
+from cluster.local_store import LocalMetadataStore
+from cluster.metadata_store import BrokerInfo, validate_topic_name
 from protocol.errors import ErrorCode, KafkaError
 
 
@@ -65,7 +66,7 @@ def test_changes_are_written_off_the_loop_before_they_become_visible(tmp_path, m
     yet visible, and a second create of the same name waits and gets TOPIC_ALREADY_EXISTS."""
     import threading
 
-    import broker.metadata as md
+    import cluster.local_store as md
 
     store = LocalMetadataStore(tmp_path, BrokerInfo(1, "h", 1))
     loop_thread = threading.get_ident()
@@ -96,7 +97,7 @@ def test_changes_are_written_off_the_loop_before_they_become_visible(tmp_path, m
 
 
 def test_a_failed_write_changes_nothing(tmp_path, monkeypatch):
-    import broker.metadata as md
+    import cluster.local_store as md
 
     store = LocalMetadataStore(tmp_path, BrokerInfo(1, "h", 1))
     asyncio.run(store.create_topic("t", 1, {"retention.ms": "5"}))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from broker.replica_manager import Partition
+from broker.partition import Partition
 from storage.log import Log
 from storage.log_config import LogConfig
 

@@ -1,10 +1,7 @@
-"""Cluster metadata for the broker: the single-node store, and the interface re-exported from cluster/.
-
-``MetadataStore`` (the interface handlers and coordinators use), ``BrokerInfo``, ``TopicInfo`` and
-topic-name validation live in ``cluster/metadata_store.py`` (the etcd store of cluster mode must not
-import ``broker/``) and are re-exported here, so ``from broker.metadata import ...`` keeps working.
-``LocalMetadataStore`` serves a single node and persists to ``<first log dir>/kbroker-metadata.json``
-with atomic writes; ``cluster.etcd_store.EtcdMetadataStore`` implements the same interface on etcd.
+"""The single-node metadata store: ``LocalMetadataStore`` implements ``cluster.metadata_store.MetadataStore``
+(the interface handlers and coordinators use) for one broker and persists it to
+``<first log dir>/kbroker-metadata.json`` with atomic writes; ``cluster.etcd_store.EtcdMetadataStore``
+implements the same interface on etcd for a cluster.
 """
 
 from __future__ import annotations
@@ -21,16 +18,12 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cluster.metadata_store import (  # noqa: F401 - re-exported: the interface moved to cluster/
+from cluster.metadata_store import (
     INTERNAL_TOPICS,
-    MAX_TOPIC_NAME_LENGTH,
     NEW_CLUSTER_FEATURES,
     BrokerInfo,
-    MetadataListener,
     MetadataStore,
     TopicInfo,
-    unify_collision_chars,
-    validate_topic_name,
 )
 from protocol.errors import ErrorCode, KafkaError
 from security import quotas as client_quotas
@@ -38,7 +31,7 @@ from security import scram_credentials as scram
 from security.authorizer import AclBinding, acls_applied, decode_acls, encode_acls
 from storage.checkpoints import atomic_write_bytes
 
-log = logging.getLogger("broker.metadata")
+log = logging.getLogger("cluster.local_store")
 T = TypeVar("T")
 
 
