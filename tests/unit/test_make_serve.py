@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.serve import parse_overrides
 from broker.config import BrokerConfig
+from broker.serve import parse_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 
