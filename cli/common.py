@@ -94,6 +94,50 @@ def parse_key_values(items: list[str] | None, what: str) -> dict[str, str]:
     return out
 
 
+# Java client configs with no librdkafka equivalent of the same name, as Kafka users write them in
+# --producer-props / --producer.config (and the consumer's): renamed, converted, or left out with a note.
+_JAVA_RENAMED = {"max.request.size": "message.max.bytes", "send.buffer.bytes": "socket.send.buffer.bytes",
+                 "receive.buffer.bytes": "socket.receive.buffer.bytes"}
+_JAVA_IGNORED = {"key.serializer", "value.serializer", "key.deserializer", "value.deserializer", "max.block.ms",
+                 "partitioner.class", "interceptor.classes", "default.api.timeout.ms"}
+
+
+def java_client_props(props: dict[str, str], prog: str) -> dict[str, str]:
+    """Client properties written for Kafka's Java clients, for librdkafka: ``buffer.memory`` (bytes)
+    becomes ``queue.buffering.max.kbytes``, a few renamed ones take librdkafka's name, and the
+    Java-only ones (serializers: the tools send bytes; ``max.block.ms``, ...) are left out with one
+    note on stderr each. Anything else goes to librdkafka as is (an unknown name is its error)."""
+    out: dict[str, str] = {}
+    for key, value in props.items():
+        if key == "buffer.memory" and value.strip().isdigit():
+            out["queue.buffering.max.kbytes"] = str(max(int(value) // 1024, 1))
+        elif key in _JAVA_RENAMED:
+            out[_JAVA_RENAMED[key]] = value
+        elif key in _JAVA_IGNORED:
+            print(f"{prog}: ignoring {key} (a Java client setting with no librdkafka equivalent)", file=sys.stderr)
+        else:
+            out[key] = value
+    return out
+
+
+def producer_topic(producer: Any, topic: str) -> Any:
+    """The metadata of ``topic`` as a producer sees it: asking for it creates it where the brokers
+    allow (auto.create.topics.enable), as Kafka's console producer and perf test do. An invalid name
+    is reported as invalid, a topic that does not come into existence as missing."""
+    from confluent_kafka import KafkaException
+
+    check_topic_name(topic)
+    try:
+        md = producer.list_topics(topic, timeout=TIMEOUT_S)
+    except KafkaException as e:
+        raise CliError(f"cannot get metadata from the cluster within {TIMEOUT_S:g} s: {error_text(e)}") from None
+    t = md.topics.get(topic)
+    # LEADER_NOT_AVAILABLE: just auto-created (the broker allows it), a leader follows.
+    if t is None or (t.error is not None and t.error.name() not in ("LEADER_NOT_AVAILABLE", "NO_ERROR")):
+        raise CliError(f"Topic '{topic}' does not exist" + (f" ({t.error.name()})" if t and t.error else ""))
+    return t
+
+
 def bootstrap_addresses(bootstrap: str) -> list[tuple[str, int]]:
     """``host:port[,host:port]`` (an optional ``PROTOCOL://`` prefix, ``[v6]:port``) as pairs."""
     out = []
