@@ -56,9 +56,23 @@ def _produce(bootstrap: str, topic: str, n: int, partition: int = 0, size: int =
 
 
 def _commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
-    c.close()
+    deadline = time.monotonic() + 60
+    try:
+        while True:
+            try:
+                c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
+                return
+            except KafkaException as e:
+                # The first group of a fresh broker: __consumer_offsets is still being created or loaded.
+                retry = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                         KafkaError.COORDINATOR_NOT_AVAILABLE)
+                assert e.args[0].code() in retry and time.monotonic() < deadline, e
+                time.sleep(0.2)
+    finally:
+        c.close()
 
 
 def test_kafka_flag_forms(broker, capsys, tmp_path) -> None:
