@@ -209,6 +209,7 @@ def _assert_configs(admin: AdminClient, partitions: int) -> None:
         assert entries["node.id"].value == broker
 
 
+@pytest.mark.slow  # a cluster-fault test (an etcd member killed): make test-all
 def test_cluster_with_three_etcd_members_survives_one_killed(tmp_path: Path) -> None:
     """Issue 28: `up --etcd-nodes 3` runs a 3-member etcd cluster; the brokers register, a topic is
     created and used; with one member killed by pid the cluster keeps working (a topic created,
