@@ -391,7 +391,7 @@ class Broker:
                                                    retry_backoff_s=cfg.get("controlled.shutdown.retry.backoff.ms") / 1000)
         # Partition creation stops at its current step (the topics are registered: the next
         # start completes them); the process-level deadline (kbroker.shutdown.timeout.ms, see
-        # broker.cli) bounds the rest.
+        # broker.serve) bounds the rest.
         await self.replica_manager.cancel_creations()
         await self.replica_manager.stop_replication()  # first: no acks=all request may hold the listeners
         await self.server.stop()

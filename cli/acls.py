@@ -12,7 +12,8 @@ RESOURCES: ``--topic T``, ``--group G``, ``--transactional-id ID`` (each repeata
 ``--cluster``. As kafka-acls: ``--operation`` defaults to All; hosts default to ``*``; ``--producer``
 grants Write, Describe and Create on the topics (Write and Describe on the transactional ids,
 IdempotentWrite on the cluster with ``--idempotent``); ``--consumer`` Read and Describe on the topics
-and Read on the groups. ``add`` prints the ACLs it created; ``list`` prints Kafka's
+and Read on the groups. Without an authorizer on the brokers every action fails with Kafka's
+SECURITY_DISABLED ("No Authorizer is configured."). ``add`` prints the ACLs it created; ``list`` prints Kafka's
 "Current ACLs for resource `ResourcePattern(...)`:" blocks; ``remove`` deletes every ACL matching the
 filter (with no resource option: all of them) without asking (``--force`` is accepted for
 compatibility) and prints what it removed.
@@ -177,12 +178,35 @@ def _filters(args: argparse.Namespace, principals: list[tuple[str | None, str | 
             for rt, name in resources for principal, perm in principals for op in operations]
 
 
+def _require_authorizer(admin: Any) -> None:
+    """librdkafka drops DescribeAcls' top-level error (rdkafka_admin.c reads error_code and goes on),
+    so a broker without an authorizer looks like one without ACLs. An empty answer is checked against
+    the broker's authorizer.class.name: empty means Kafka's SECURITY_DISABLED, as ``add`` reports."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    from cli.common import cluster_metadata
+
+    brokers = sorted(cluster_metadata(admin).brokers)
+    if not brokers:
+        return
+    res = ConfigResource(ResourceType.BROKER, str(brokers[0]))
+    try:
+        entries = wait(admin.describe_configs([res])[res], "describe the broker's authorizer")
+    except CliError:
+        return  # not allowed to see broker configs: then an authorizer is in place
+    entry = entries.get("authorizer.class.name")
+    if entry is not None and not (entry.value or "").strip():
+        raise CliError("describe ACLs: No Authorizer is configured. (SECURITY_DISABLED)")
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     admin = admin_client(args)
     found: dict[str, Any] = {}
     for flt in _filters(args, [(p, None) for p in args.principal] or [(None, None)], ["ANY"]):
         for b in wait(admin.describe_acls(flt), "describe ACLs"):
             found[str(b)] = b
+    if not found:
+        _require_authorizer(admin)
     _print_grouped(list(found.values()), "Current ACLs for resource")
     return 0
 

@@ -57,15 +57,31 @@ def add_connection_options(parser: argparse.ArgumentParser,
 
 
 def load_properties(path: str) -> dict[str, str]:
-    from broker.config import parse_properties
+    """A client properties file (--command-config, --producer.config, ...), read as Kafka's
+    Utils.loadProps reads it: java.util.Properties syntax in ISO-8859-1 (other characters as \\uXXXX)."""
+    # The parser is the broker's server.properties parser (one implementation of the syntax).
+    from broker.config.properties import parse_properties
 
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_bytes().decode("iso-8859-1")
     except FileNotFoundError:
         raise CliError(f"file not found: {path}") from None
+    except IsADirectoryError:
+        raise CliError(f"{path} is a directory, not a properties file") from None
     except OSError as e:
         raise CliError(f"cannot read {path}: {e.strerror or e}") from None
     return parse_properties(text)
+
+
+def kafka_action_form(argv: list[str] | None, actions: list[str]) -> list[str]:
+    """Kafka's tools pick the action with a flag (``kafka-topics.sh --create --topic t``), kbroker's
+    with a word (``kbroker topics create --topic t``); both are accepted: the first ``--ACTION`` flag
+    of ``actions`` becomes the word, put first (every option is accepted after the action)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    for i, arg in enumerate(argv):
+        if arg.startswith("--") and arg[2:] in actions:
+            return [arg[2:], *argv[:i], *argv[i + 1:]]
+    return argv
 
 
 def parse_key_values(items: list[str] | None, what: str) -> dict[str, str]:
@@ -76,6 +92,50 @@ def parse_key_values(items: list[str] | None, what: str) -> dict[str, str]:
             raise CliError(f"{what} expects key=value, got {item!r}")
         out[key.strip()] = value
     return out
+
+
+# Java client configs with no librdkafka equivalent of the same name, as Kafka users write them in
+# --producer-props / --producer.config (and the consumer's): renamed, converted, or left out with a note.
+_JAVA_RENAMED = {"max.request.size": "message.max.bytes", "send.buffer.bytes": "socket.send.buffer.bytes",
+                 "receive.buffer.bytes": "socket.receive.buffer.bytes"}
+_JAVA_IGNORED = {"key.serializer", "value.serializer", "key.deserializer", "value.deserializer", "max.block.ms",
+                 "partitioner.class", "interceptor.classes", "default.api.timeout.ms"}
+
+
+def java_client_props(props: dict[str, str], prog: str) -> dict[str, str]:
+    """Client properties written for Kafka's Java clients, for librdkafka: ``buffer.memory`` (bytes)
+    becomes ``queue.buffering.max.kbytes``, a few renamed ones take librdkafka's name, and the
+    Java-only ones (serializers: the tools send bytes; ``max.block.ms``, ...) are left out with one
+    note on stderr each. Anything else goes to librdkafka as is (an unknown name is its error)."""
+    out: dict[str, str] = {}
+    for key, value in props.items():
+        if key == "buffer.memory" and value.strip().isdigit():
+            out["queue.buffering.max.kbytes"] = str(max(int(value) // 1024, 1))
+        elif key in _JAVA_RENAMED:
+            out[_JAVA_RENAMED[key]] = value
+        elif key in _JAVA_IGNORED:
+            print(f"{prog}: ignoring {key} (a Java client setting with no librdkafka equivalent)", file=sys.stderr)
+        else:
+            out[key] = value
+    return out
+
+
+def producer_topic(producer: Any, topic: str) -> Any:
+    """The metadata of ``topic`` as a producer sees it: asking for it creates it where the brokers
+    allow (auto.create.topics.enable), as Kafka's console producer and perf test do. An invalid name
+    is reported as invalid, a topic that does not come into existence as missing."""
+    from confluent_kafka import KafkaException
+
+    check_topic_name(topic)
+    try:
+        md = producer.list_topics(topic, timeout=TIMEOUT_S)
+    except KafkaException as e:
+        raise CliError(f"cannot get metadata from the cluster within {TIMEOUT_S:g} s: {error_text(e)}") from None
+    t = md.topics.get(topic)
+    # LEADER_NOT_AVAILABLE: just auto-created (the broker allows it), a leader follows.
+    if t is None or (t.error is not None and t.error.name() not in ("LEADER_NOT_AVAILABLE", "NO_ERROR")):
+        raise CliError(f"Topic '{topic}' does not exist" + (f" ({t.error.name()})" if t and t.error else ""))
+    return t
 
 
 def bootstrap_addresses(bootstrap: str) -> list[tuple[str, int]]:
@@ -170,8 +230,46 @@ def cluster_metadata(admin: Any) -> Any:
 def require_topic(metadata: Any, topic: str) -> Any:
     t = metadata.topics.get(topic)
     if t is None or (t.error is not None and t.error.code() != 0):
+        check_topic_name(topic)  # an invalid name is reported as invalid, not as missing
         raise CliError(f"Topic '{topic}' does not exist")
     return t
+
+
+# Kafka's org.apache.kafka.common.internals.Topic.validate: the limits and messages of a topic name.
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def topic_name_error(name: str) -> str | None:
+    """Why ``name`` cannot be a topic, in Kafka's words (Topic.validate), or None when it can."""
+    if not name:
+        why = "the empty string is not allowed"
+    elif name in (".", ".."):
+        why = f"'{name}' is not allowed"
+    elif len(name) > MAX_TOPIC_NAME_LENGTH:
+        why = f"the length of '{name}' is longer than the max allowed length {MAX_TOPIC_NAME_LENGTH}"
+    elif not set(name) <= _LEGAL_TOPIC_CHARS:
+        why = f"'{name}' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"
+    else:
+        return None
+    return f"Topic name is invalid: {why}"
+
+
+def check_topic_name(name: str) -> None:
+    """Refuse an invalid topic name with Kafka's message (INVALID_TOPIC_EXCEPTION) before any request."""
+    why = topic_name_error(name)
+    if why:
+        raise CliError(f"{why} (INVALID_TOPIC_EXCEPTION)")
+
+
+def reader_left() -> int:
+    """After a BrokenPipeError on stdout (``kbroker ... | head``): point stdout at /dev/null, as
+    Python's documentation advises, so the interpreter's final flush does not fail again; exit 0."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a real file (tests pass a StringIO)
+        pass
+    return 0
 
 
 def run_tool(prog: str, fn: Callable[[], int]) -> int:
@@ -188,7 +286,7 @@ def run_tool(prog: str, fn: Callable[[], int]) -> int:
         return 130
     except BrokenPipeError:
         # `kbroker ... | head`: the reader left; not an error of the tool.
-        return 0
+        return reader_left()
     except (OSError, ValueError) as e:
         print(f"{prog}: {e}", file=sys.stderr)
     return 1

@@ -9,7 +9,10 @@
 
 DescribeConfigs and IncrementalAlterConfigs (SET / DELETE) through confluent-kafka's AdminClient.
 ``describe`` prints the dynamic configs (the topic's overrides, or the broker's dynamic settings)
-in Kafka's ``k=v sensitive=false synonyms={...}`` layout, or every config with ``--all``.
+in Kafka's ``k=v sensitive=false synonyms={...}`` layout, or every config with ``--all``; without
+``--entity-name`` it describes every topic (internal ones included), or every broker and then the
+cluster-wide default, as kafka-configs.sh does. Kafka's flag form ``--describe`` / ``--alter`` works
+as well as the action word.
 ``--entity-default`` on brokers is the cluster-wide dynamic default (resource name ""): librdkafka
 refuses an empty resource name, so that one goes through the protocol client (PLAINTEXT only).
 ``users`` and ``clients`` are client quotas (producer_byte_rate, consumer_byte_rate,
@@ -25,7 +28,7 @@ import argparse
 import sys
 from typing import Any, TextIO
 
-from cli.common import CliError, add_connection_options, admin_client, run_tool, wait
+from cli.common import CliError, add_connection_options, admin_client, kafka_action_form, run_tool, wait
 
 PROG = "kbroker configs"
 ENTITY_TYPES = ("topics", "brokers", "users", "clients")
@@ -59,8 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _entity(args: argparse.Namespace) -> tuple[str, str]:
-    """(entity type, resource name) from the long or the shorthand options."""
+def _entity(args: argparse.Namespace) -> tuple[str, str | None]:
+    """(entity type, resource name) from the long or the shorthand options; the name is None for
+    ``describe`` of every entity of the type."""
     kind, name, default = args.entity_type, args.entity_name, args.entity_default
     if _quota_shorthands(args):
         return "quotas", ""
@@ -79,6 +83,8 @@ def _entity(args: argparse.Namespace) -> tuple[str, str]:
             raise CliError("--entity-default applies to --entity-type brokers only")
         return kind, ""
     if not name:
+        if args.command == "describe":
+            return kind, None  # Kafka: every topic / every broker and the default
         raise CliError(f"--entity-name is required for --entity-type {kind}")
     return kind, name
 
@@ -98,6 +104,20 @@ def _resource(kind: str, name: str, ops: list[Any] | None = None) -> Any:
 
 def _describe(admin: Any, args: argparse.Namespace, out: TextIO) -> int:
     kind, name = _entity(args)
+    if name is None:
+        from cli.common import cluster_metadata
+
+        # As kafka-configs.sh --describe without --entity-name: every topic (internal ones too),
+        # or every broker followed by the cluster-wide default.
+        md = cluster_metadata(admin)
+        names = sorted(md.topics) if kind == "topics" else [*map(str, sorted(md.brokers)), ""]
+        for entity in names:
+            _describe_one(admin, args, out, kind, entity)
+        return 0
+    return _describe_one(admin, args, out, kind, name)
+
+
+def _describe_one(admin: Any, args: argparse.Namespace, out: TextIO, kind: str, name: str) -> int:
     if kind == "brokers" and not name:
         entries = _default_broker_request(args, None)
     else:
@@ -231,6 +251,7 @@ def _alter(admin: Any, args: argparse.Namespace, out: TextIO) -> int:
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
 
     kind, name = _entity(args)
+    assert name is not None  # alter needs a name or --entity-default (checked in _entity)
     sets = split_add_config(args.add_config or "")
     deletes = [k.strip() for k in (args.delete_config or "").split(",") if k.strip()]
     if not sets and not deletes:
@@ -255,7 +276,7 @@ def _alter(admin: Any, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(kafka_action_form(argv, ["describe", "alter"]))
 
     def run() -> int:
         kind, name = _entity(args)  # usage errors before any connection

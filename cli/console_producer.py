@@ -31,8 +31,10 @@ from cli.common import (
     check_reachable,
     client_config,
     error_text,
+    java_client_props,
     load_properties,
     parse_key_values,
+    producer_topic,
     run_tool,
 )
 
@@ -104,7 +106,7 @@ def _lines(stream: TextIO) -> Iterator[str]:
 
 
 def _produce(args: argparse.Namespace, stream: TextIO) -> int:
-    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka import Producer
 
     reader = LineReader(parse_key_values(args.property, "--property"))
     extra: dict[str, Any] = {"acks": "all" if args.acks == "all" else args.acks, "message.timeout.ms": 30000}
@@ -112,9 +114,9 @@ def _produce(args: argparse.Namespace, stream: TextIO) -> int:
         extra["transactional.id"] = args.transactional_id
     conf = client_config(args, extra)
     if args.producer_config:
-        conf.update(load_properties(args.producer_config))
-    conf.update(parse_key_values(args.producer_property, "--producer-property"))
-    check_reachable(args.bootstrap_server)
+        conf.update(java_client_props(load_properties(args.producer_config), PROG))
+    conf.update(java_client_props(parse_key_values(args.producer_property, "--producer-property"), PROG))
+    check_reachable(conf["bootstrap.servers"])
     errors: list[str] = []
 
     def on_delivery(err: Any, _msg: Any) -> None:
@@ -122,14 +124,7 @@ def _produce(args: argparse.Namespace, stream: TextIO) -> int:
             errors.append(error_text(err))
 
     producer = Producer(conf)
-    try:
-        md = producer.list_topics(args.topic, timeout=TIMEOUT_S)
-    except KafkaException as e:
-        raise CliError(f"cannot get metadata from the cluster within {TIMEOUT_S:g} s: {error_text(e)}") from None
-    t = md.topics.get(args.topic)
-    # LEADER_NOT_AVAILABLE: just auto-created (the broker allows it), a leader follows.
-    if t is None or (t.error is not None and t.error.name() not in ("LEADER_NOT_AVAILABLE", "NO_ERROR")):
-        raise CliError(f"Topic '{args.topic}' does not exist" + (f" ({t.error.name()})" if t and t.error else ""))
+    producer_topic(producer, args.topic)
     if args.transactional_id:
         producer.init_transactions(TIMEOUT_S)
         producer.begin_transaction()

@@ -1,6 +1,6 @@
 """``kbroker features``: describe and change finalized feature levels, like Kafka's kafka-features.sh.
 
-    kbroker features [--bootstrap-server H:P] describe
+    kbroker features [-b H:P] [--command-config F] describe
     kbroker features upgrade --feature transaction.version=2 [--dry-run]
     kbroker features downgrade --feature transaction.version=1 [--unsafe] [--dry-run]
 
@@ -8,7 +8,9 @@
 feature in Kafka's format (``Feature: .. SupportedMinVersion: .. SupportedMaxVersion: ..
 FinalizedVersionLevel: .. Epoch: ..``). ``upgrade``/``downgrade`` send UpdateFeatures v1 (upgrade
 type 1, or 2 safe / 3 ``--unsafe`` downgrade); ``--dry-run`` sets ``validate_only``.
-Exit status: 0 on success, 1 when the broker refused or could not be reached, 2 on a usage error.
+The connection options go before or after the action; the connection opens within 5 s and each
+request is answered within 15 s (cli/protocol_session.py), or the tool fails with one line that
+says which. Exit status: 0 on success, 1 when the broker refused or could not be reached, 2 on a usage error.
 """
 
 from __future__ import annotations
@@ -20,22 +22,11 @@ import sys
 from kafka.protocol.admin import UpdateFeaturesRequest
 from kafka.protocol.metadata import ApiVersionsRequest
 
-from protocol.client import ProtocolClient
+from cli.common import TIMEOUT_S, CliError, add_connection_options
+from cli.protocol_session import BoundedClient, ProtocolSession, require_plaintext
 from protocol.errors import ErrorCode
 
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
-TIMEOUT_S = 15.0
-
-
-class CliError(Exception):
-    """The broker refused; printed as one line, exit status 1."""
-
-
-def _split(hostport: str) -> tuple[str, int]:
-    host, _, port = hostport.split(",")[0].rpartition(":")
-    if not host or not port.isdigit():
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {hostport!r}")
-    return host, int(port)
 
 
 def _feature(item: str) -> tuple[str, int]:
@@ -47,7 +38,6 @@ def _feature(item: str) -> tuple[str, int]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kbroker features", description="Describe or change finalized feature levels.")
-    p.add_argument("--bootstrap-server", "-b", type=_split, default=("127.0.0.1", 9092), metavar="HOST:PORT")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("describe", help="supported and finalized features")
     for name, what in (("upgrade", "raise"), ("downgrade", "lower")):
@@ -56,12 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
         a.add_argument("--dry-run", action="store_true", help="validate only")
         if name == "downgrade":
             a.add_argument("--unsafe", action="store_true", help="allow a lossy downgrade")
-    for a in sub.choices.values():
-        a.add_argument("--bootstrap-server", "-b", type=_split, default=argparse.SUPPRESS, metavar="HOST:PORT")
+    add_connection_options(p, sub)
     return p
 
 
-async def _describe(client: ProtocolClient) -> list[str]:
+async def _describe(client: BoundedClient) -> list[str]:
     resp = await client.request(ApiVersionsRequest(client_software_name="kbroker-features",
                                                    client_software_version="1", version=3), 3)
     if resp.error_code:
@@ -72,7 +61,7 @@ async def _describe(client: ProtocolClient) -> list[str]:
             for f in sorted(resp.supported_features or [], key=lambda f: f.name)]
 
 
-async def _update(client: ProtocolClient, args: argparse.Namespace) -> list[str]:
+async def _update(client: BoundedClient, args: argparse.Namespace) -> list[str]:
     kind = UPGRADE if args.command == "upgrade" else (UNSAFE_DOWNGRADE if args.unsafe else SAFE_DOWNGRADE)
     K = UpdateFeaturesRequest.FeatureUpdateKey
     req = UpdateFeaturesRequest(version=1, timeout_ms=int(TIMEOUT_S * 1000), validate_only=args.dry_run,
@@ -87,13 +76,12 @@ async def _update(client: ProtocolClient, args: argparse.Namespace) -> list[str]
 
 
 async def _run(args: argparse.Namespace) -> list[str]:
-    client = await asyncio.wait_for(ProtocolClient(*args.bootstrap_server, client_id="kbroker-features").connect(),
-                                    TIMEOUT_S)
+    session = ProtocolSession(args.bootstrap_server, "kbroker-features")
     try:
-        work = _describe(client) if args.command == "describe" else _update(client, args)
-        return await asyncio.wait_for(work, TIMEOUT_S)
+        client = await session.client()
+        return await (_describe(client) if args.command == "describe" else _update(client, args))
     finally:
-        await client.close()
+        await session.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,13 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:
         return int(e.code or 0)
     try:
+        require_plaintext(args.command_config, "kbroker features")
         lines = asyncio.run(_run(args))
-    except CliError as e:
+    except (CliError, OSError, ValueError) as e:
+        # Every failure says why: the broker's error, a refused or silent connection, a bad file.
         print(f"kbroker features {args.command}: {e}", file=sys.stderr)
-        return 1
-    except (ConnectionError, OSError, TimeoutError) as e:
-        host, port = args.bootstrap_server
-        print(f"kbroker features: cannot reach {host}:{port}: {e or type(e).__name__}", file=sys.stderr)
         return 1
     for line in lines:
         print(line)

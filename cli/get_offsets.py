@@ -2,10 +2,14 @@
 
     kbroker get-offsets [-b H:P] [--topic T] [--partitions 0,2-4] [--time -1|-2|-3|TIMESTAMP_MS]
                         [--exclude-internal-topics]
+    kbroker get-offsets --topic-partitions 'REGEX:0,other:1-3,:5-' [--time ...]
 
 ``--time``: -1 or ``latest`` (the log end offset, the default), -2 or ``earliest`` (the log start
 offset), -3 or ``max-timestamp`` (the offset of the record with the largest timestamp), or a
-timestamp in ms (the first offset whose timestamp is at least that). Prints ``topic:partition:offset``
+timestamp in ms (the first offset whose timestamp is at least that). ``--topic-partitions`` is
+GetOffsetShell's list of patterns ``TOPIC_REGEX[:PARTITIONS]`` (the regex matches the whole name; an
+empty one matches every topic; PARTITIONS is N, N-M with M excluded, N- or -M), not combined with
+``--topic``/``--partitions``; nothing matched is an error, as in Kafka. Prints ``topic:partition:offset``
 lines, sorted; an offset the broker has no answer for (a timestamp after every record) prints as
 -1. Without ``--topic`` every topic is listed. Deviation: ``--topic`` is a name, not a regex.
 """
@@ -13,6 +17,7 @@ lines, sorted; an offset the broker has no answer for (a timestamp after every r
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Any, TextIO
 
@@ -35,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Offsets of topic partitions for a time.")
     p.add_argument("--topic", help="one topic (default: all)")
     p.add_argument("--partitions", help="comma-separated partitions or ranges, e.g. 0,2-4 (default: all)")
+    p.add_argument("--topic-partitions", metavar="PATTERNS",
+                   help="comma-separated TOPIC_REGEX[:N|N-M|N-|-M] patterns (M excluded), as Kafka's GetOffsetShell")
     p.add_argument("--time", default="-1", help="-1/latest, -2/earliest, -3/max-timestamp or a timestamp in ms")
     p.add_argument("--exclude-internal-topics", action="store_true")
     add_connection_options(p)
@@ -52,6 +59,33 @@ def parse_partitions(text: str | None) -> set[int] | None:
         except ValueError:
             raise CliError(f"--partitions expects numbers or ranges like 0,2-4, got {text!r}") from None
     return out
+
+
+# GetOffsetShell's TOPIC_PARTITION_PATTERN: a topic regex, then optionally ":N" or ":N-M" (either side optional).
+_TOPIC_PARTITION = re.compile(r"([^:,]*)(?::(?:([0-9]*)|(?:([0-9]*)-([0-9]*))))?")
+Rule = tuple[re.Pattern[str], int, int]  # topic regex, first partition, end partition (excluded)
+
+
+def parse_topic_partitions(text: str) -> list[Rule]:
+    rules = []
+    for spec in text.split(","):
+        m = _TOPIC_PARTITION.fullmatch(spec)
+        if m is None:
+            raise CliError(f"Invalid rule specification: {spec}")
+        topic, single, low, high = (g or None for g in m.groups())
+        try:
+            regex = re.compile(topic or ".*")
+        except re.error as e:
+            raise CliError(f"Invalid topic pattern {topic!r}: {e}") from None
+        if single is not None:
+            rules.append((regex, int(single), int(single) + 1))
+        else:
+            rules.append((regex, int(low or 0), int(high) if high is not None else 2**31 - 1))
+    return rules
+
+
+def _matches(rules: list[Rule], topic: str, partition: int) -> bool:
+    return any(rx.fullmatch(topic) and lo <= partition < hi for rx, lo, hi in rules)
 
 
 def parse_time(text: str) -> int:
@@ -82,10 +116,19 @@ def _spec(time_ms: int) -> Any:
 def _run(args: argparse.Namespace, out: TextIO) -> int:
     from confluent_kafka import TopicPartition
 
+    if args.topic_partitions is not None and (args.topic or args.partitions):
+        raise CliError("--topic-partitions cannot be used with --topic or --partitions")
+    rules = parse_topic_partitions(args.topic_partitions) if args.topic_partitions is not None else None
     wanted = parse_partitions(args.partitions)
     time_ms = parse_time(args.time)
     admin = admin_client(args)
     md = cluster_metadata(admin)
+    if rules is not None:
+        tps = [TopicPartition(n, p) for n, t in sorted(md.topics.items()) for p in sorted(t.partitions)
+               if not (args.exclude_internal_topics and n.startswith("__")) and _matches(rules, n, p)]
+        if not tps:
+            raise CliError("Could not match any topic-partitions with the specified filters")
+        return _print_offsets(admin, tps, time_ms, out)
     if args.topic:
         topics = {args.topic: require_topic(md, args.topic)}
     else:
@@ -98,6 +141,10 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             raise CliError(f"topic {args.topic} has no partition {','.join(map(str, missing))}")
     if not tps:
         return 0
+    return _print_offsets(admin, tps, time_ms, out)
+
+
+def _print_offsets(admin: Any, tps: list[Any], time_ms: int, out: TextIO) -> int:
     spec = _spec(time_ms)
     futures = admin.list_offsets({tp: spec for tp in tps}, request_timeout=TIMEOUT_S)
     results = {(tp.topic, tp.partition): wait(f, f"listing offsets of {tp.topic}-{tp.partition}")

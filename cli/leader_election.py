@@ -8,7 +8,9 @@ Sends ElectLeaders (API 43) through confluent-kafka's AdminClient and prints Kaf
 "Successfully completed leader election (PREFERRED) for partitions t-0, t-1", "Valid replica already
 elected for partitions ..." and one "Error completing leader election (...) for partition: t-2: ..."
 line per failed partition, which then make the tool fail (exit 1) with "N replica(s) could not be
-elected". ``--partition`` without ``--topic``, or neither a selection nor ``--all-topic-partitions``,
+elected". With ``--all-topic-partitions`` every other partition of the cluster is listed under "Valid
+replica already elected" (the controller answers only for the partitions it tried), so the tool always
+says what it did. ``--partition`` without ``--topic``, or neither a selection nor ``--all-topic-partitions``,
 is refused.
 """
 
@@ -85,6 +87,17 @@ def _elect(admin: Any, args: argparse.Namespace, out: TextIO) -> int:
             noop.append(name)
         else:
             failed.append((name, error_text(err)))
+    if wanted is None:
+        # With no partition list the controller answers only for the partitions it tried to elect
+        # (Kafka drops ELECTION_NOT_NEEDED there), so a balanced cluster would print nothing: the
+        # other partitions of the cluster already have their leader.
+        from cli.common import cluster_metadata
+
+        seen = {(tp.topic, tp.partition) for tp in results}
+        noop += [f"{t}-{p}" for t, md in sorted(cluster_metadata(admin).topics.items()) for p in sorted(md.partitions)
+                 if (t, p) not in seen]
+        if not (done or noop or failed):
+            out.write("No partitions to elect a leader for (the cluster has no topics)\n")
     if done:
         out.write(f"Successfully completed leader election ({label}) for partitions {', '.join(done)}\n")
     if noop:

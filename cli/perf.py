@@ -2,7 +2,7 @@
 kafka-consumer-perf-test.sh, with confluent-kafka (librdkafka) as the client.
 
     kbroker perf produce [-b H:P] --topic T --num-records N [--record-size B] [--throughput R]
-                         [--acks -1|0|1] [--producer-props k=v ...] [--timeout S]
+                         [--acks -1|0|1] [--producer-props k=v ...] [--producer.config F] [--timeout S]
     kbroker perf consume [-b H:P] --topic T --num-records N (or --messages N) [--group G]
                          [--from-latest] [--timeout S]
 
@@ -13,7 +13,12 @@ the delivery report. ``--throughput`` caps records/s (-1: no cap). ``consume`` p
 header and line (start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg,
 nMsg.sec, rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec). Both stop at
 ``--timeout`` seconds (default 60): the summary of what was done is printed, then one error line,
-exit status 1. Payloads are random uppercase letters, as in Kafka's tool.
+exit status 1. Payloads are random uppercase letters, as in Kafka's tool. ``produce`` asks for the
+topic as a producer does, so the brokers create it when they allow it (auto.create.topics.enable),
+as with Kafka's tool. Producer configs come as in Kafka: ``--producer.config FILE`` (a properties
+file), under ``--producer-props k=v ...`` (which win; ``bootstrap.servers`` there is where the tool
+connects, as Kafka's tool has no other way), Java client names translated for librdkafka
+(``buffer.memory``, ``max.request.size``; serializers and ``max.block.ms`` left out with a note).
 """
 
 from __future__ import annotations
@@ -33,7 +38,10 @@ from cli.common import (
     client_config,
     cluster_metadata,
     error_text,
+    java_client_props,
+    load_properties,
     parse_key_values,
+    producer_topic,
     require_topic,
     run_tool,
 )
@@ -54,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--throughput", type=float, default=-1, help="max records/s, -1 for no cap (default)")
     pr.add_argument("--acks", default="all", choices=("-1", "all", "0", "1"))
     pr.add_argument("--producer-props", nargs="+", action="extend", metavar="KEY=VALUE",
-                    help="producer (librdkafka) configs")
+                    help="producer configs (Kafka's names; they win over --producer.config)")
+    pr.add_argument("--producer.config", dest="producer_config", metavar="FILE", help="producer properties file")
     pr.add_argument("--timeout", type=float, default=60, help="give up after this many seconds (default 60)")
     co = sub.add_parser("consume", help="like kafka-consumer-perf-test")
     co.add_argument("--topic", required=True)
@@ -123,10 +132,12 @@ def _produce(args: argparse.Namespace, out: TextIO) -> int:
         raise CliError("--num-records must be at least 1 and --record-size at least 0")
     conf = client_config(args, {"acks": "all" if args.acks == "-1" else args.acks,
                                 "message.timeout.ms": max(int(args.timeout * 1000), 1000)})
-    conf.update(parse_key_values(args.producer_props, "--producer-props"))
-    check_reachable(args.bootstrap_server)
+    if args.producer_config:
+        conf.update(java_client_props(load_properties(args.producer_config), f"{PROG} produce"))
+    conf.update(java_client_props(_kafka_props(args.producer_props, "--producer-props"), f"{PROG} produce"))
+    check_reachable(conf["bootstrap.servers"])
     producer = Producer(conf)
-    require_topic(cluster_metadata(producer), args.topic)
+    producer_topic(producer, args.topic)
     payload = "".join(random.choices(string.ascii_uppercase, k=args.record_size)).encode()
     stats = ProduceStats(out)
     deadline = time.monotonic() + args.timeout
@@ -168,6 +179,17 @@ def _produce(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _kafka_props(items: list[str] | None, what: str) -> dict[str, str]:
+    """Kafka's perf tools' ``k=v`` list: exactly one '=' per item (ProducerPerformance.readProps)."""
+    out = {}
+    for item in items or []:
+        pieces = item.split("=")
+        if len(pieces) != 2 or not pieces[0]:
+            raise CliError(f"{what}: invalid property {item!r} (expected KEY=VALUE)")
+        out[pieces[0].strip()] = pieces[1].strip()
+    return out
+
+
 def _fmt_time(ts: float) -> str:
     d = datetime.fromtimestamp(ts)
     return d.strftime("%Y-%m-%d %H:%M:%S:") + f"{d.microsecond // 1000:03d}"
@@ -181,8 +203,8 @@ def _consume(args: argparse.Namespace, out: TextIO) -> int:
     conf = client_config(args, {"group.id": args.group or f"perf-consumer-{random.randint(10000, 99999)}",
                                 "auto.offset.reset": "latest" if args.from_latest else "earliest",
                                 "enable.auto.commit": True})
-    conf.update(parse_key_values(args.consumer_props, "--consumer-props"))
-    check_reachable(args.bootstrap_server)
+    conf.update(java_client_props(parse_key_values(args.consumer_props, "--consumer-props"), f"{PROG} consume"))
+    check_reachable(conf["bootstrap.servers"])
     consumer = Consumer(conf)
     try:
         require_topic(cluster_metadata(consumer), args.topic)

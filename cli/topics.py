@@ -2,14 +2,20 @@
 
     kbroker topics [-b H:P] list [--exclude-internal]
     kbroker topics describe [--topic T] [--exclude-internal]
-    kbroker topics create --topic T [--partitions N] [--replication-factor R] [--config k=v ...]
-    kbroker topics delete --topic T
-    kbroker topics alter --topic T --partitions N
+    kbroker topics create --topic T [--partitions N] [--replication-factor R] [--config k=v ...] [--if-not-exists]
+    kbroker topics delete --topic T [--if-exists]
+    kbroker topics alter --topic T --partitions N [--if-exists]
+
+Kafka's form works too: the action as a flag (``kbroker topics --create --topic T ...``).
 
 Talks to the cluster with confluent-kafka's AdminClient (Metadata, CreateTopics, DeleteTopics,
 CreatePartitions, DescribeConfigs). ``describe`` prints Kafka's layout: one line per topic (id,
 partition count, replication factor, the topic's overrides) and one per partition (leader,
-replicas, ISR). Deviation: ``--topic`` names one topic exactly (Kafka also takes a regex).
+replicas, ISR). ``--if-not-exists`` makes ``create`` of an existing topic a no-op, ``--if-exists``
+makes ``delete``/``alter`` of a missing one a no-op, as in Kafka. A name Kafka would refuse (empty,
+``.``/``..``, over 249 characters, other characters than ASCII alphanumerics, ``.``, ``_``, ``-``)
+is reported as invalid with Kafka's message before any request. Deviation: ``--topic`` names one
+topic exactly (Kafka also takes a regex).
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ from cli.common import (
     CliError,
     add_connection_options,
     admin_client,
+    check_topic_name,
     cluster_metadata,
+    kafka_action_form,
     parse_key_values,
     require_topic,
     run_tool,
@@ -47,11 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--replication-factor", type=int, default=-1,
                    help="default: the broker's default.replication.factor")
     c.add_argument("--config", action="append", metavar="KEY=VALUE", help="a topic config (repeatable)")
+    c.add_argument("--if-not-exists", action="store_true", help="do nothing if the topic exists")
     de = sub.add_parser("delete", help="delete a topic")
     de.add_argument("--topic", required=True)
     a = sub.add_parser("alter", help="increase the partition count")
     a.add_argument("--topic", required=True)
     a.add_argument("--partitions", type=int, required=True, help="the new total partition count")
+    for x in (de, a):
+        x.add_argument("--if-exists", action="store_true", help="do nothing if the topic does not exist")
     add_connection_options(p, sub)
     return p
 
@@ -107,13 +118,30 @@ def _create(admin: Any, args: argparse.Namespace, out: TextIO) -> int:
     topic = NewTopic(args.topic, args.partitions, args.replication_factor,
                      config=parse_key_values(args.config, "--config"))
     fs = admin.create_topics([topic], request_timeout=TIMEOUT_S, operation_timeout=TIMEOUT_S)
-    wait(fs[args.topic], f"creating topic {args.topic}")
+    try:
+        wait(fs[args.topic], f"creating topic {args.topic}")
+    except CliError as e:
+        if args.if_not_exists and "TOPIC_ALREADY_EXISTS" in str(e):
+            return 0  # Kafka's --if-not-exists: nothing to do, nothing printed
+        raise
     out.write(f"Created topic {args.topic}.\n")
     return 0
 
 
+def _exists(admin: Any, args: argparse.Namespace) -> bool:
+    """Whether --topic exists; a missing one is an error unless --if-exists."""
+    md = cluster_metadata(admin)
+    if args.if_exists:
+        check_topic_name(args.topic)
+        t = md.topics.get(args.topic)
+        return t is not None and (t.error is None or t.error.code() == 0)
+    require_topic(md, args.topic)
+    return True
+
+
 def _delete(admin: Any, args: argparse.Namespace, out: TextIO) -> int:
-    require_topic(cluster_metadata(admin), args.topic)
+    if not _exists(admin, args):
+        return 0
     fs = admin.delete_topics([args.topic], request_timeout=TIMEOUT_S, operation_timeout=TIMEOUT_S)
     wait(fs[args.topic], f"deleting topic {args.topic}")
     out.write(f"Deleted topic {args.topic}.\n")
@@ -123,7 +151,8 @@ def _delete(admin: Any, args: argparse.Namespace, out: TextIO) -> int:
 def _alter(admin: Any, args: argparse.Namespace, out: TextIO) -> int:
     from confluent_kafka.admin import NewPartitions
 
-    require_topic(cluster_metadata(admin), args.topic)
+    if not _exists(admin, args):
+        return 0
     fs = admin.create_partitions([NewPartitions(args.topic, args.partitions)], request_timeout=TIMEOUT_S,
                                  operation_timeout=TIMEOUT_S)
     wait(fs[args.topic], f"altering topic {args.topic}")
@@ -134,10 +163,15 @@ def _alter(admin: Any, args: argparse.Namespace, out: TextIO) -> int:
 ACTIONS = {"list": _list, "describe": _describe, "create": _create, "delete": _delete, "alter": _alter}
 
 
+def _run(args: argparse.Namespace, out: TextIO) -> int:
+    if args.command == "create":
+        check_topic_name(args.topic)  # Kafka's message for an invalid name, before any request
+    return ACTIONS[args.command](admin_client(args), args, out)
+
+
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return run_tool(f"{PROG} {args.command}",
-                    lambda: ACTIONS[args.command](admin_client(args), args, out or sys.stdout))
+    args = build_parser().parse_args(kafka_action_form(argv, list(ACTIONS)))
+    return run_tool(f"{PROG} {args.command}", lambda: _run(args, out or sys.stdout))
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
 """``kbroker transactions``: inspect transactions and abort hanging ones, like Kafka's kafka-transactions.sh.
 
-    kbroker transactions [--bootstrap-server H:P] [--json] list [--duration-filter MS] [--two-phase-commit]
-    kbroker transactions describe TRANSACTIONAL_ID
+    kbroker transactions [-b H:P] [--command-config F] [--json] list [--duration-filter MS] [--two-phase-commit]
+    kbroker transactions describe (TRANSACTIONAL_ID | --transactional-id ID)
     kbroker transactions describe-producers --topic T --partition P
     kbroker transactions abort --topic T --partition P
         (--producer-id N --producer-epoch E --coordinator-epoch C | --start-offset O)
     kbroker transactions force-terminate --transactional-id ID
+    kbroker transactions find-hanging (--broker-id N | --topic T [--partition P]) [--max-transaction-timeout MIN]
 
 ``list`` asks every broker (ListTransactions); ``describe`` asks the transaction coordinator found
 with FindCoordinator(TRANSACTION) (DescribeTransactions); ``describe-producers`` asks the partition
@@ -18,8 +19,14 @@ for longer than MS (ListTransactions v1, KIP-994); ``--two-phase-commit`` only t
 DescribeTransactions timeout is Integer.MAX_VALUE, Kafka's 2PC flag), adding ProducerEpoch and
 TransactionDurationMs columns. ``force-terminate`` is Kafka's forceTerminateTransaction (KIP-939):
 InitProducerId v6 with enable2Pc=true and keepPreparedTxn=false at the coordinator, which aborts
-the open transaction and fences its producer. Tables use Kafka's column names; ``--json`` prints JSON instead.
-Exit status: 0 on success, 1 when the broker answered an error, 2 on a usage error.
+the open transaction and fences its producer. ``find-hanging`` is Kafka's: the open transactions
+older than ``--max-transaction-timeout`` minutes (DescribeProducers, at --broker-id or each leader)
+whose producer has no transactional id any more (ListTransactions filtered by producer id) or whose
+coordinator does not list the partition in its transaction (DescribeTransactions): no marker will
+end them (``abort`` does). Tables use Kafka's column names; ``--json`` prints JSON instead.
+``-b``/``--bootstrap-server``, ``--command-config`` (PLAINTEXT only) and ``--json`` go before or
+after the subcommand. Every request is bounded (cli/protocol_session.py), the whole run by 4x that.
+Exit status: 0 on success, 1 when the broker answered an error or did not answer, 2 on a usage error.
 """
 
 from __future__ import annotations
@@ -39,15 +46,14 @@ from kafka.protocol.admin import (
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, WriteTxnMarkersRequest
 
-from protocol.client import ProtocolClient
+from cli.common import TIMEOUT_S, CliError, add_connection_options
+from cli.protocol_session import ProtocolSession, require_plaintext
 from protocol.errors import ErrorCode
 
 TRANSACTION_KEY_TYPE = 1
 TWO_PC_TIMEOUT_MS = 2147483647  # a KIP-939 transaction's timeout (Kafka's 2PC flag)
-
-
-class CliError(Exception):
-    """A broker answered with an error; the message is printed and the exit status is 1."""
+# The whole run is bounded too: a few round trips per broker, each bounded by TIMEOUT_S.
+RUN_TIMEOUT_S = TIMEOUT_S * 4
 
 
 def _error_name(code: int) -> str:
@@ -57,29 +63,11 @@ def _error_name(code: int) -> str:
         return f"error {code}"
 
 
-def _split(hostport: str) -> tuple[str, int]:
-    host, _, port = hostport.rpartition(":")
-    if not host or not port.isdigit():
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {hostport!r}")
-    return host, int(port)
+class _Cluster(ProtocolSession):
+    """Connections by node, starting from the bootstrap server; every request bounded."""
 
-
-class _Cluster:
-    """Connections by node, starting from the bootstrap server; closed together at the end."""
-
-    def __init__(self, bootstrap: tuple[str, int]) -> None:
-        self.bootstrap = bootstrap
-        self._clients: dict[tuple[str, int], ProtocolClient] = {}
-
-    async def client(self, addr: tuple[str, int] | None = None) -> ProtocolClient:
-        addr = addr or self.bootstrap
-        if addr not in self._clients:
-            self._clients[addr] = await ProtocolClient(*addr, client_id="kbroker-transactions").connect()
-        return self._clients[addr]
-
-    async def close(self) -> None:
-        for c in self._clients.values():
-            await c.close()
+    def __init__(self, bootstrap: str) -> None:
+        super().__init__(bootstrap, "kbroker-transactions")
 
     async def metadata(self, topics: list[str] | None) -> Any:
         req_topics = None if topics is None else [MetadataRequest.MetadataRequestTopic(version=8, name=t)
@@ -242,8 +230,81 @@ async def _abort(cluster: _Cluster, args: argparse.Namespace) -> list[dict[str, 
              "CoordinatorEpoch": coord_epoch, "Result": "aborted"}]
 
 
+async def _find_hanging(cluster: _Cluster, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Kafka's FindHangingTransactionsCommand: open transactions older than --max-transaction-timeout
+    on the partitions searched whose producer has no transactional id any more, or whose coordinator
+    does not count the partition in the producer's transaction (so no marker will ever end it)."""
+    md = await cluster.metadata(None if args.topic is None else [args.topic])
+    nodes = {b.node_id: (b.host, b.port) for b in md.brokers}
+    by_broker: dict[int, list[tuple[str, int]]] = {}
+    for t in md.topics:
+        if t.error_code:
+            raise CliError(f"topic {t.name}: {_error_name(t.error_code)}")
+        for p in t.partitions:
+            if args.partition is not None and p.partition_index != args.partition:
+                continue
+            if args.broker_id is not None and args.broker_id not in p.replica_nodes:
+                continue
+            # DescribeProducers goes to --broker-id when given (Kafka's DescribeProducersOptions.brokerId).
+            target = args.broker_id if args.broker_id is not None else p.leader_id
+            by_broker.setdefault(target, []).append((t.name, p.partition_index))
+    if args.partition is not None and not by_broker:
+        raise CliError(f"{args.topic}-{args.partition}: {_error_name(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)}")
+    now = int(time.time() * 1000)
+    max_ms = args.max_transaction_timeout * 60_000
+    open_txns: list[tuple[str, int, Any]] = []
+    R = DescribeProducersRequest
+    for broker, tps in sorted(by_broker.items()):
+        if broker not in nodes:
+            raise CliError(f"broker {broker} is not in the cluster")
+        topics: dict[str, list[int]] = {}
+        for t, p in tps:
+            topics.setdefault(t, []).append(p)
+        resp = await cluster.request(R(version=0, topics=[R.TopicRequest(version=0, name=t, partition_indexes=ps)
+                                                          for t, ps in sorted(topics.items())]), 0, nodes[broker])
+        for rt in resp.topics:
+            for rp in rt.partitions:
+                if rp.error_code:
+                    raise CliError(f"describing the producers of {rt.name}-{rp.partition_index} on broker "
+                                   f"{broker}: {_error_name(rp.error_code)}")
+                for s in rp.active_producers:
+                    if s.current_txn_start_offset >= 0 and now - s.last_timestamp > max_ms:
+                        open_txns.append((rt.name, rp.partition_index, s))
+    ids: dict[int, str] = {}
+    if open_txns:
+        pids = sorted({s.producer_id for _, _, s in open_txns})
+        for addr in nodes.values():
+            resp = await cluster.request(ListTransactionsRequest(version=0, state_filters=[],
+                                                                 producer_id_filters=pids), 0, addr)
+            if resp.error_code:
+                raise CliError(f"listing transactions: {_error_name(resp.error_code)}")
+            ids.update({t.producer_id: t.transactional_id for t in resp.transaction_states})
+    in_txn: dict[str, set[tuple[str, int]] | None] = {}
+    for tid in sorted(set(ids.values())):
+        _, addr = await cluster.coordinator(tid)
+        d = (await cluster.request(DescribeTransactionsRequest(version=0, transactional_ids=[tid]), 0,
+                                   addr)).transaction_states[0]
+        if d.error_code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND:
+            in_txn[tid] = None
+        elif d.error_code:
+            raise CliError(f"describing transaction {tid}: {_error_name(d.error_code)}")
+        else:
+            in_txn[tid] = {(t.topic, p) for t in d.topics for p in t.partitions}
+    rows = []
+    for topic, partition, s in open_txns:
+        tid = ids.get(s.producer_id)
+        known = in_txn.get(tid) if tid is not None else None
+        if known is not None and (topic, partition) in known:
+            continue  # the coordinator still owes this partition its marker: not hanging
+        rows.append({"Topic": topic, "Partition": partition, "ProducerId": s.producer_id,
+                     "ProducerEpoch": s.producer_epoch, "CoordinatorEpoch": s.coordinator_epoch,
+                     "StartOffset": s.current_txn_start_offset, "LastTimestamp": s.last_timestamp,
+                     "Duration(min)": (now - s.last_timestamp) // 60_000})
+    return rows
+
+
 COMMANDS = {"list": _list, "describe": _describe, "describe-producers": _describe_producers, "abort": _abort,
-            "force-terminate": _force_terminate}
+            "force-terminate": _force_terminate, "find-hanging": _find_hanging}
 
 
 # --- output and entry point --------------------------------------------------------------------------
@@ -265,6 +326,8 @@ _COLUMNS = {
                            "CurrentTransactionStartOffset"],
     "abort": ["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch", "Result"],
     "force-terminate": ["TransactionalId", "CoordinatorId", "ProducerId", "ProducerEpoch", "Result"],
+    "find-hanging": ["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch", "StartOffset",
+                     "LastTimestamp", "Duration(min)"],
 }
 _COLUMNS_2PC = ["TransactionalId", "Coordinator", "ProducerId", "ProducerEpoch", "TransactionState",
                 "TransactionDurationMs"]
@@ -273,7 +336,6 @@ _COLUMNS_2PC = ["TransactionalId", "Coordinator", "ProducerId", "ProducerEpoch",
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kbroker transactions",
                                      description="List, describe and abort transactions (like kafka-transactions.sh).")
-    parser.add_argument("--bootstrap-server", default="localhost:9092", type=_split, metavar="HOST:PORT")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     sub = parser.add_subparsers(dest="command", required=True)
     lp = sub.add_parser("list", help="transactions known to every broker's coordinator")
@@ -285,7 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(InitProducerId enable2Pc=true keepPreparedTxn=false, KIP-939)")
     ft.add_argument("--transactional-id", required=True)
     d = sub.add_parser("describe", help="state of one transactional id")
-    d.add_argument("transactional_id")
+    d.add_argument("id", nargs="?", metavar="TRANSACTIONAL_ID")
+    d.add_argument("--transactional-id", help="the transactional id (Kafka's form)")
     dp = sub.add_parser("describe-producers", help="active producers of a partition")
     a = sub.add_parser("abort", help="abort a hanging transaction on one partition")
     for p in (dp, a):
@@ -295,19 +358,44 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--producer-epoch", type=int)
     a.add_argument("--coordinator-epoch", type=int)
     a.add_argument("--start-offset", type=int)
-    # --bootstrap-server and --json are accepted after the subcommand too (`kbroker transactions list
-    # --bootstrap-server H:P`), which is also the form the kbroker entry point can pass through.
+    fh = sub.add_parser("find-hanging", help="find hanging transactions (open, with no coordinator to end them)")
+    fh.add_argument("--broker-id", type=int, help="search the partitions of this broker")
+    fh.add_argument("--max-transaction-timeout", type=int, default=15, metavar="MINUTES",
+                    help="only transactions open longer than this (default 15 minutes)")
+    fh.add_argument("--topic", help="search this topic (required with --partition)")
+    fh.add_argument("--partition", type=int)
+    # --json, --bootstrap-server and --command-config go before or after the subcommand.
     for p in sub.choices.values():
-        p.add_argument("--bootstrap-server", type=_split, default=argparse.SUPPRESS, metavar="HOST:PORT",
-                       help="broker to start from (default localhost:9092)")
         p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON instead of a table")
+    add_connection_options(parser, sub)
     return parser
+
+
+def _usage_error(args: argparse.Namespace) -> str | None:
+    if args.command == "abort":
+        triple = (args.producer_id, args.producer_epoch, args.coordinator_epoch)
+        if args.start_offset is None and None in triple:
+            return "give --start-offset, or all of --producer-id, --producer-epoch and --coordinator-epoch"
+        if args.start_offset is not None and any(v is not None for v in triple):
+            return "--start-offset excludes --producer-id/--producer-epoch/--coordinator-epoch"
+    if args.command == "describe":
+        if (args.id is None) == (args.transactional_id is None):
+            return "give the transactional id once: TRANSACTIONAL_ID or --transactional-id ID"
+        args.transactional_id = args.transactional_id or args.id
+    if args.command == "find-hanging":
+        if args.topic is None and args.broker_id is None:
+            return "The `find-hanging` command requires either --topic or --broker-id to limit the scope of the search"
+        if args.partition is not None and args.topic is None:
+            return "The --partition argument requires --topic to be provided"
+    return None
 
 
 async def _run(args: argparse.Namespace) -> list[dict[str, Any]]:
     cluster = _Cluster(args.bootstrap_server)
     try:
-        return await COMMANDS[args.command](cluster, args)
+        return await asyncio.wait_for(COMMANDS[args.command](cluster, args), RUN_TIMEOUT_S)
+    except TimeoutError:
+        raise CliError(f"not done within {RUN_TIMEOUT_S:g} s") from None
     finally:
         await cluster.close()
 
@@ -318,25 +406,16 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
-    if args.command == "abort":
-        triple = (args.producer_id, args.producer_epoch, args.coordinator_epoch)
-        if args.start_offset is None and None in triple:
-            parser.print_usage(sys.stderr)
-            print("kbroker transactions abort: give --start-offset, or all of --producer-id, --producer-epoch "
-                  "and --coordinator-epoch", file=sys.stderr)
-            return 2
-        if args.start_offset is not None and any(v is not None for v in triple):
-            print("kbroker transactions abort: --start-offset excludes --producer-id/--producer-epoch/"
-                  "--coordinator-epoch", file=sys.stderr)
-            return 2
+    why = _usage_error(args)
+    if why:
+        parser.print_usage(sys.stderr)
+        print(f"kbroker transactions {args.command}: {why}", file=sys.stderr)
+        return 2
     try:
+        require_plaintext(args.command_config, "kbroker transactions")
         rows = asyncio.run(_run(args))
-    except CliError as e:
+    except (CliError, OSError, ValueError) as e:
         print(f"kbroker transactions {args.command}: {e}", file=sys.stderr)
-        return 1
-    except (ConnectionError, OSError) as e:
-        print(f"kbroker transactions: cannot reach {args.bootstrap_server[0]}:{args.bootstrap_server[1]}: {e}",
-              file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(rows, indent=2))

@@ -131,13 +131,14 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 
 def cmd_bootstrap(args: argparse.Namespace) -> int:
-    from broker.cli import _parse_overrides
-    from broker.config import BrokerConfig
+    # Like kafka-storage format --add-scram, this writes into the broker's own store: it reads the
+    # broker's configuration the way `kbroker serve` does.
+    from broker.serve import load_config
     from security import scram_credentials as scram
     from storage.checkpoints import atomic_write_bytes
     from storage.dir_lock import DirLock
 
-    config = BrokerConfig.load(args.config, _parse_overrides(args.override or []))
+    config = load_config(args.config, args.override)
     if config.get("kbroker.etcd.endpoints"):
         upserts = _credentials(args)
         asyncio.run(_bootstrap_etcd(config, upserts))

@@ -58,7 +58,9 @@ class BrokerConfig:
         props: dict[str, str] = {}
         if path is not None:
             try:
-                with open(path, encoding="utf-8") as f:
+                # ISO-8859-1, as Kafka's Utils.loadProps (java.util.Properties.load(InputStream)):
+                # other characters are written as \uXXXX escapes.
+                with open(path, encoding="iso-8859-1") as f:
                     props = parse_properties(f.read())
             except OSError as e:
                 raise ConfigError(f"cannot read config file {path}: {e.strerror}") from e

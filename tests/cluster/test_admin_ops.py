@@ -340,7 +340,7 @@ def test_create_partitions_and_delete_on_replicated_topic(cluster: BrokerCluster
 
 def _kbroker(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "KBROKERTEST_TOOL_TIMEOUT_S": "60"}
-    return subprocess.run([sys.executable, "-m", "broker", *args], capture_output=True, text=True, timeout=timeout,
+    return subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True, timeout=timeout,
                           env=env, cwd=REPO)
 
 

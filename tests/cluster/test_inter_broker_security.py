@@ -101,7 +101,7 @@ def bootstrap_user(etcd: EtcdProcess, tmp: Path, password: str) -> None:
     """The inter-broker SCRAM user, written to etcd before the brokers start (``kbroker users bootstrap``)."""
     props = tmp / "bootstrap.properties"
     props.write_text(f"kbroker.etcd.endpoints={etcd.endpoints}\nnode.id=1\nlog.dirs={tmp / 'bootstrap-data'}\n")
-    out = subprocess.run([sys.executable, "-m", "broker", "users", "bootstrap", "--config", str(props),
+    out = subprocess.run([sys.executable, "-m", "cli", "users", "bootstrap", "--config", str(props),
                           "--user", BROKER_USER, "--password", password, "--mechanism", "SCRAM-SHA-512"],
                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -254,7 +254,7 @@ def test_wrong_password_keeps_followers_out_of_the_isr(make_cluster, etcd: EtcdP
     assert view(c, topic)[0].isr == (info.leader,)  # type: ignore[arg-type]
 
     # The stored credential changed to what the brokers send: the next retry authenticates.
-    out = subprocess.run([sys.executable, "-m", "broker", "users", "-b", c.bootstrap, "add", "--user", BROKER_USER,
+    out = subprocess.run([sys.executable, "-m", "cli", "users", "-b", c.bootstrap, "add", "--user", BROKER_USER,
                           "--password", "not-the-password"], cwd=REPO_ROOT, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr

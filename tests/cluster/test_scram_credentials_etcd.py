@@ -31,7 +31,7 @@ async def test_users_bootstrap_writes_to_etcd_in_cluster_mode(etcd, sessions, tm
     props = tmp_path / "server.properties"
     props.write_text(f"kbroker.etcd.endpoints={etcd.endpoints}\nnode.id=1\nlog.dirs={tmp_path / 'data'}\n")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "broker", "users", "bootstrap", "--config", str(props), "--user", "admin",
+        sys.executable, "-m", "cli", "users", "bootstrap", "--config", str(props), "--user", "admin",
         "--password", "admin-secret", cwd=REPO_ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode == 0, err.decode()

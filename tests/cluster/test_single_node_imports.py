@@ -9,7 +9,7 @@ from tests.helpers.broker_proc import REPO_ROOT
 
 
 def test_single_node_code_path_imports_no_etcd_client() -> None:
-    code = ("import sys, broker.broker, broker.cli, broker.handlers\n"
+    code = ("import sys, broker.broker, broker.serve, broker.handlers\n"
             "broker.handlers.load_handlers()\n"
             "print(sorted(m for m in sys.modules if m == 'aetcd' or m.startswith(('aetcd.', 'cluster.node', "
             "'cluster.etcd'))))\n")

@@ -17,7 +17,7 @@ from tests.helpers.broker_proc import REPO_ROOT, free_port
 
 
 def _healthcheck(env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "broker", "healthcheck", "--from-env", "--timeout", "3"],
+    return subprocess.run([sys.executable, "-m", "cli", "healthcheck", "--from-env", "--timeout", "3"],
                           cwd=REPO_ROOT, env=env, capture_output=True, timeout=60)
 
 

@@ -602,7 +602,7 @@ def read_back_all(bootstrap: str, timeout: float = 120.0) -> dict[str, Any]:
 
 def deep_verify(data_dir: Path) -> tuple[int, str]:
     root = Path(__file__).resolve().parents[2]
-    out = subprocess.run([sys.executable, "-m", "broker", "dump-log", "--deep-verify", str(data_dir)], cwd=root,
+    out = subprocess.run([sys.executable, "-m", "cli", "dump-log", "--deep-verify", str(data_dir)], cwd=root,
                          capture_output=True, text=True, timeout=600)
     return out.returncode, (out.stdout + out.stderr)[-1500:]
 

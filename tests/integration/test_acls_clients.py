@@ -223,7 +223,7 @@ def test_mixed_request_succeeds_for_allowed_topics_only(acl_broker: AclBroker) -
 
 
 def _kbroker(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "broker", *argv], cwd=REPO_ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "cli", *argv], cwd=REPO_ROOT, capture_output=True, text=True,
                           timeout=120)
 
 

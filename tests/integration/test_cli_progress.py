@@ -21,7 +21,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _perf(bootstrap: str, topic: str, stderr: int) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "broker", "perf", "produce", "-b", bootstrap, "--topic", topic,
+    return subprocess.Popen([sys.executable, "-m", "cli", "perf", "produce", "-b", bootstrap, "--topic", topic,
                              "--num-records", "20000", "--record-size", "100"],
                             cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=stderr)
 

@@ -3,7 +3,7 @@ configs, console-producer, console-consumer, groups delete, get-offsets, perf an
 
 Each tool's ``main()`` runs in-process for its happy path and its failure paths (unknown topic or
 group, bad bootstrap, missing file): a failure is exactly one line on stderr, exit status 1, no
-traceback. One subprocess per family checks the ``python -m broker`` entry point.
+traceback. One subprocess per family checks the ``python -m cli`` entry point.
 """
 
 from __future__ import annotations
@@ -218,13 +218,13 @@ def test_perf(broker, capsys) -> None:
 
 
 def _kbroker(*argv: str, stdin: str | None = None, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "broker", *argv], cwd=REPO_ROOT, text=True,
+    return subprocess.Popen([sys.executable, "-m", "cli", *argv], cwd=REPO_ROOT, text=True,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, **(env or {})})
 
 
 def test_entry_point(broker) -> None:
-    """``python -m broker <family> ...`` for every family (run side by side to keep the cost low)."""
+    """``python -m cli <family> ...`` for every family (run side by side to keep the cost low)."""
     b = ("-b", broker.bootstrap)
     topic = unique("ep")
     ok(topics.main, *b, "create", "--topic", topic)

@@ -135,7 +135,7 @@ def test_consumer_group_survives_broker_restart(broker_factory, kill: bool) -> N
 
     # dump-log prints the group's ConsumerGroup* records.
     part_dir = broker.data_dir / f"__consumer_offsets-{partition_for(group, OFFSETS_PARTITIONS)}"
-    out = subprocess.run([sys.executable, "-m", "broker", "dump-log", "--print-data",
+    out = subprocess.run([sys.executable, "-m", "cli", "dump-log", "--print-data",
                           *map(str, sorted(part_dir.glob("*.log")))],
                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -123,7 +123,7 @@ def test_max_connections_per_ip_is_dynamic(broker_factory):
     socks = [_connect(broker.bootstrap) for _ in range(2)]
     try:
         assert all(_api_versions(s) for s in socks)
-        out = subprocess.run([sys.executable, "-m", "broker", "configs", "-b", broker.bootstrap,
+        out = subprocess.run([sys.executable, "-m", "cli", "configs", "-b", broker.bootstrap,
                               "alter", "--entity-type", "brokers", "--entity-default",
                               "--add-config", "max.connections.per.ip=2"],
                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
@@ -323,7 +323,7 @@ def test_consumer_over_its_byte_rate_quota_is_throttled_to_it(broker_factory):
 
 
 def _kbroker_configs(bootstrap: str, *argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "broker", "configs", "-b", bootstrap, *argv],
+    return subprocess.run([sys.executable, "-m", "cli", "configs", "-b", bootstrap, *argv],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
 
 

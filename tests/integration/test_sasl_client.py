@@ -66,7 +66,7 @@ def setup(tmp_path_factory):
         f"ssl.keystore.location={certs.server_keystore}",
     ]) + "\n")
     for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
-        out = subprocess.run([sys.executable, "-m", "broker", "users", "bootstrap", "--config", str(props),
+        out = subprocess.run([sys.executable, "-m", "cli", "users", "bootstrap", "--config", str(props),
                               "--user", SCRAM_USER, "--password", SCRAM_PW, "--mechanism", mechanism],
                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr

@@ -119,7 +119,7 @@ def test_twenty_mib_makes_kafka_named_segments_with_indexes(broker):
     second = logs[1]
     stem = second.name[: -len(".log")]
     files = [str(second), str(part_dir / (stem + ".index")), str(part_dir / (stem + ".timeindex"))]
-    res = subprocess.run([sys.executable, "-m", "broker", "dump-log", "--print-data", *files], cwd=REPO_ROOT,
+    res = subprocess.run([sys.executable, "-m", "cli", "dump-log", "--print-data", *files], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     out = res.stdout

@@ -89,7 +89,7 @@ def setup(tmp_path_factory) -> Setup:
         f"ssl.truststore.location={certs.ca}",
         "listener.name.ssl.ssl.client.auth=required",
     ]) + "\n")
-    out = subprocess.run([sys.executable, "-m", "broker", "users", "bootstrap", "--config", str(props),
+    out = subprocess.run([sys.executable, "-m", "cli", "users", "bootstrap", "--config", str(props),
                           "--user", ALICE, "--password", ALICE_PW], cwd=REPO_ROOT, capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -497,7 +497,7 @@ def test_kbroker_users_add_list_delete(setup, tmp_path):
     client_props = tmp_path / "client.properties"
     client_props.write_text(f"security.protocol=SASL_SSL\nsasl.mechanisms=SCRAM-SHA-512\nsasl.username={ALICE}\n"
                             f"sasl.password={ALICE_PW}\nssl.ca.location={setup.certs.ca}\n")
-    base = [sys.executable, "-m", "broker", "users", "-b", f"127.0.0.1:{setup.sasl_ssl}",
+    base = [sys.executable, "-m", "cli", "users", "-b", f"127.0.0.1:{setup.sasl_ssl}",
             "--command-config", str(client_props)]
 
     def run(*args: str) -> str:
@@ -518,7 +518,7 @@ def test_kbroker_users_add_list_delete(setup, tmp_path):
 
 
 def test_users_bootstrap_refuses_while_the_broker_runs(setup):
-    out = subprocess.run([sys.executable, "-m", "broker", "users", "bootstrap", "--config", str(setup.props),
+    out = subprocess.run([sys.executable, "-m", "cli", "users", "bootstrap", "--config", str(setup.props),
                           "--user", "x", "--password", "y"], cwd=REPO_ROOT, capture_output=True, text=True,
                          timeout=60)
     assert out.returncode != 0

@@ -159,7 +159,7 @@ async def test_prepared_by_a_killed_process_committed_by_another(broker_factory)
     # dump-log shows the 2PC flag and KIP-939's nextProducerEpoch of the recovered transaction.
     broker.stop()
     files = sorted(glob.glob(str(broker.data_dir / "**" / "__transaction_state-*" / "*.log"), recursive=True))
-    dump = subprocess.run([sys.executable, "-m", "broker", "dump-log", "--print-data", "--transaction-log-decoder",
+    dump = subprocess.run([sys.executable, "-m", "cli", "dump-log", "--print-data", "--transaction-log-decoder",
                            *files], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert dump.returncode == 0, dump.stderr
     lines = [ln for ln in dump.stdout.splitlines() if '"transactionalId":"tx-2pc"' in ln]

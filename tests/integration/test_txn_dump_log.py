@@ -42,7 +42,7 @@ def coordinator_partition(tid: str, partitions: int = STATE_PARTITIONS) -> int:
 
 
 def dump(*files: Path) -> str:
-    out = subprocess.run([sys.executable, "-m", "broker", "dump-log", "--print-data", *map(str, files)],
+    out = subprocess.run([sys.executable, "-m", "cli", "dump-log", "--print-data", *map(str, files)],
                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return out.stdout

@@ -225,7 +225,7 @@ async def test_downgrade_to_tv1_restores_tv1_semantics(broker):
                 K(version=1, feature=name, max_version_level=level, upgrade_type=kind)]), 1)
             assert r.error_code == E.INVALID_UPDATE_VERSION, (name, level)
         assert (await features(c))[1] == {"transaction.version": (2, 2)}
-    cli = [sys.executable, "-m", "broker.cli", "features", "--bootstrap-server", broker.bootstrap]
+    cli = [sys.executable, "-m", "cli", "features", "--bootstrap-server", broker.bootstrap]
     out = subprocess.run([*cli, "downgrade", "--feature", "transaction.version=1"], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

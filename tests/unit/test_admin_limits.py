@@ -54,7 +54,7 @@ def test_broker_partition_limit() -> None:
 def test_stop_deadline_exits_the_process_whatever_it_is_doing() -> None:
     """The deadline runs in its own thread: a main thread stuck in a blocking call still ends."""
     code = ("import logging, sys, time\n"
-            "from broker.cli import setup_logging, _shutdown_deadline\n"
+            "from broker.serve import setup_logging, _shutdown_deadline\n"
             "setup_logging('INFO')\n"
             "_shutdown_deadline(200, 'SIGTERM')\n"
             "time.sleep(60)\n"

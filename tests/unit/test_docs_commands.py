@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.cli import build_parser
+from broker.serve import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -29,7 +29,7 @@ def _serve_commands() -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize(("doc", "args"), _serve_commands())
 def test_documented_serve_command_parses(doc: str, args: str) -> None:
-    argv = ["serve", *shlex.split(args)]
+    argv = shlex.split(args)
     if "--help" in argv:
         return
     build_parser().parse_args(argv)

@@ -56,7 +56,7 @@ def test_poisoned_batch_is_reported_with_its_position_and_offsets(tmp_path, caps
     assert "compresscodec: gzip" in bad[0]
     assert "events-0: delete records before offset 22" in text
     # through the kbroker command line as well
-    proc = subprocess.run([sys.executable, "-m", "broker", "dump-log", "--deep-verify", str(part)], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "cli", "dump-log", "--deep-verify", str(part)], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "baseOffset: 2" in proc.stdout

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.cli import _parse_overrides
 from broker.config import BrokerConfig
+from broker.serve import parse_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,7 +22,7 @@ def test_make_serve_port_sets_listener_and_advertised_listener() -> None:
                          capture_output=True, text=True).stdout
     argv = shlex.split(out.strip().splitlines()[-1])
     assert argv[1:3] == ["serve", "config/server.properties"]
-    overrides = _parse_overrides([argv[i + 1] for i, a in enumerate(argv) if a == "--override"])
+    overrides = parse_overrides([argv[i + 1] for i, a in enumerate(argv) if a == "--override"])
     config = BrokerConfig.load(str(ROOT / "config/server.properties"), overrides)
     assert [li.port for li in config.listeners] == [19092]
     assert [li.port for li in config.advertised_listeners] == [19092]
