@@ -28,6 +28,7 @@ from broker.handlers import load_handlers
 from broker.inter_broker import InterBrokerClients
 from broker.metadata import INTERNAL_TOPICS, BrokerInfo, LocalMetadataStore, MetadataStore, TopicInfo
 from broker.replica_manager import ReplicaManager
+from broker.schema_registry_bridge import SchemaRegistryBridge
 from broker.server import KafkaServer
 from coordinator.producer_id_manager import ProducerIdManager
 from coordinator.txn_coordinator import TransactionCoordinator
@@ -66,6 +67,8 @@ class Broker:
         self._reserved = 0  # partitions of creations between their limit check and metadata write
         self.cluster: Any = None  # cluster.node.ClusterNode in cluster mode
         self.metrics_endpoint: Any = None  # broker.metrics.endpoint.MetricsEndpoint when configured
+        # Schema Registry (kbroker.schema.registry.listener) and produce-path schema validation.
+        self.schema_registry = SchemaRegistryBridge(self)
 
     # --- configuration helpers ---------------------------------------------------------------
 
@@ -144,6 +147,7 @@ class Broker:
             for part in list(self.replica_manager.all()):
                 self.partition_role_changed(part)
         self.bound = await self.server.start()
+        await self.schema_registry.start()
         if listener := self.config.get("kbroker.prometheus.listener"):
             from broker.metrics.endpoint import MetricsEndpoint
 
@@ -233,6 +237,8 @@ class Broker:
             self.replica_manager.update_configs(info.name, info.configs)
         elif event == "leaders":
             self.replica_manager.update_leadership(info.name)
+        if event in ("created", "configs", "deleted"):
+            self.schema_registry.topic_changed(info.name, None if event == "deleted" else info.configs)
         if event in ("created", "deleted") and getattr(self, "group_coordinator", None) is not None:
             self.group_coordinator.on_topics_changed()  # KIP-848 regex subscriptions are resolved again
 
@@ -413,6 +419,7 @@ class Broker:
         await self.replica_manager.cancel_creations()
         await self.replica_manager.stop_replication()  # first: no acks=all request may hold the listeners
         await self.server.stop()
+        await self.schema_registry.stop()
         await self.inter_broker.close()
         if self.metrics_endpoint is not None:
             await self.metrics_endpoint.stop()

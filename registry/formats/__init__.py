@@ -1,0 +1,46 @@
+"""Schema formats of the registry: one module per format, each turning a schema string (plus its
+resolved references) into a ParsedSchema that knows its canonical text and its compatibility
+with an earlier schema of the same format.
+
+``references`` is an ordered list of (reference name, schema text), dependencies before the
+schemas that use them, so a format can define the referenced names first.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class InvalidSchema(ValueError):
+    """The schema does not parse or is not valid in its format (answered 42201)."""
+
+
+class ParsedSchema(Protocol):
+    schema_type: str
+    canonical: str  # the text stored in _schemas and compared for "same schema"
+
+    def formatted(self, fmt: str) -> str:
+        """The schema in the requested ``format`` query value ('' = the stored text)."""
+
+    def normalized(self) -> str:
+        """The text stored when the request asked ``normalize=true``."""
+
+    def record_name(self) -> str | None:
+        """The schema's fully qualified record name (RecordNameStrategy subjects)."""
+
+    def backward_errors(self, previous: ParsedSchema) -> list[str]:
+        """Why data written with ``previous`` cannot be read with this schema ([] = it can)."""
+
+
+class SchemaFormat(Protocol):
+    name: str
+
+    def parse(self, schema: str, references: list[tuple[str, str]]) -> ParsedSchema: ...
+
+
+def formats() -> dict[str, SchemaFormat]:
+    from registry.formats.avro_format import AvroFormat
+    from registry.formats.json_format import JsonSchemaFormat
+    from registry.formats.protobuf_format import ProtobufFormat
+
+    return {f.name: f for f in (AvroFormat(), JsonSchemaFormat(), ProtobufFormat())}
