@@ -20,7 +20,7 @@ import logging
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, web
 
@@ -197,7 +197,7 @@ class RegistryServer:
         if auth := request.headers.get("Authorization"):
             headers["Authorization"] = auth
         body = await request.read()
-        target = url.rstrip("/") + quote(request.path) + (f"?{request.query_string}" if request.query_string else "")
+        target = url.rstrip("/") + request.raw_path  # as received: %2F in a subject stays encoded
         try:
             async with self._session.request(request.method, target, data=body or None, headers=headers,
                                              ssl=self.client_ssl if target.startswith("https") else None) as resp:
@@ -251,6 +251,7 @@ class RegistryServer:
         r.add_post("/compatibility/subjects/{subject}/versions", self.compatibility)
         r.add_get("/contexts", self.contexts)
         r.add_get("/v1/metadata/id", self.metadata_id)
+        r.add_get("/associations/resources/{namespace}/{name}", self.associations)
 
     async def root(self, request: web.Request) -> web.Response:
         return _json({})
@@ -396,6 +397,9 @@ class RegistryServer:
 
     async def contexts(self, request: web.Request) -> web.Response:
         return _json(["."])
+
+    async def associations(self, request: web.Request) -> web.Response:
+        return _json([])  # no associations (data contracts are out of scope): clients fall back
 
     async def metadata_id(self, request: web.Request) -> web.Response:
         return _json({"scope": {"path": [], "clusters": {"kafka-cluster": "kbroker",

@@ -98,8 +98,11 @@ def protobuf_classes() -> dict[str, Any]:
     """Message classes of two files built at run time: kbtest/address.proto (Address) and
     kbtest/user.proto (User, importing it and google/protobuf/timestamp.proto)."""
     from google.protobuf import descriptor_pb2 as D
-    from google.protobuf import descriptor_pool, message_factory
-    from google.protobuf import timestamp_pb2  # noqa: F401 - puts timestamp.proto in the default pool
+    from google.protobuf import (
+        descriptor_pool,
+        message_factory,
+        timestamp_pb2,  # noqa: F401 - puts timestamp.proto in the default pool
+    )
 
     pool = descriptor_pool.Default()
     try:
