@@ -9,8 +9,8 @@ change is in Confluent's strict set of compatible changes (``SchemaDiff.COMPATIB
 Open, closed and partially open content models (``additionalProperties``, ``patternProperties``)
 decide whether adding or removing a property is safe. Local ``$ref`` (``#/definitions/..``,
 ``#/$defs/..``) and references to other subjects by name are followed, cycles are cut.
-Not covered (treated as unchanged): ``dependencies``/``dependentSchemas``, tuple ``items`` and
-``unevaluated*`` keywords. Canonical text: the JSON with whitespace removed, key order kept.
+Not covered (treated as unchanged): ``unevaluatedProperties``/``unevaluatedItems``,
+``contains``/``minContains``/``maxContains``. Canonical text: the JSON with whitespace removed, key order kept.
 """
 
 from __future__ import annotations
@@ -36,7 +36,11 @@ COMPATIBLE = frozenset({
     "OPTIONAL_PROPERTY_ADDED_TO_UNOPEN_CONTENT_MODEL", "PROPERTY_WITH_FALSE_REMOVED_FROM_CLOSED_CONTENT_MODEL",
     "PROPERTY_REMOVED_FROM_OPEN_CONTENT_MODEL", "PROPERTY_ADDED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL",
     "PROPERTY_REMOVED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL", "MAX_ITEMS_INCREASED", "MAX_ITEMS_REMOVED",
-    "MIN_ITEMS_DECREASED", "MIN_ITEMS_REMOVED", "UNIQUE_ITEMS_REMOVED", "ENUM_ARRAY_EXTENDED", "COMBINED_TYPE_EXTENDED",
+    "MIN_ITEMS_DECREASED", "MIN_ITEMS_REMOVED", "UNIQUE_ITEMS_REMOVED", "DEPENDENCY_ARRAY_NARROWED",
+    "DEPENDENCY_ARRAY_REMOVED", "DEPENDENCY_SCHEMA_REMOVED", "ADDITIONAL_ITEMS_ADDED", "ADDITIONAL_ITEMS_EXTENDED",
+    "ITEM_WITH_EMPTY_SCHEMA_ADDED_TO_OPEN_CONTENT_MODEL", "ITEM_ADDED_TO_CLOSED_CONTENT_MODEL",
+    "ITEM_WITH_FALSE_REMOVED_FROM_CLOSED_CONTENT_MODEL", "ITEM_REMOVED_FROM_OPEN_CONTENT_MODEL",
+    "ITEM_ADDED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL", "ITEM_REMOVED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL", "ENUM_ARRAY_EXTENDED", "COMBINED_TYPE_EXTENDED",
     "PRODUCT_TYPE_NARROWED", "SUM_TYPE_EXTENDED", "NOT_TYPE_NARROWED",
 })
 
@@ -356,24 +360,87 @@ class _Diff:
             self.add("ADDITIONAL_PROPERTIES_EXTENDED", at)
         elif isinstance(oap, dict) and isinstance(uap, dict):
             self.compare(oap, uap, at)
+        self._dependencies(o, u, where)
         self._bounds(o, u, where, "maxProperties", "MAX_PROPERTIES", larger_ok=True)
         self._bounds(o, u, where, "minProperties", "MIN_PROPERTIES", larger_ok=False)
 
     def _array(self, o: dict, u: dict, where: str) -> None:
+        oi, ui = o.get("items"), u.get("items")
+        # One schema for every item (absent on one side: SCHEMA_ADDED / SCHEMA_REMOVED).
+        self.compare(None if isinstance(oi, list) else oi, None if isinstance(ui, list) else ui, f"{where}/items")
+        # Tuples: position by position, the rest decided by each side's content model.
+        otup, utup = (oi if isinstance(oi, list) else []), (ui if isinstance(ui, list) else [])
+        for i in range(min(len(otup), len(utup))):
+            self.compare(otup[i], utup[i], f"{where}/items/{i}")
+        for i in range(len(utup), len(otup)):
+            at = f"{where}/items/{i}"
+            if _items_open(u):
+                self.add("ITEM_REMOVED_FROM_OPEN_CONTENT_MODEL", at)
+            elif isinstance(u.get("additionalItems"), dict):
+                good, diffs = self.compatible(otup[i], u["additionalItems"], at)
+                self.found += diffs
+                self.add("ITEM_REMOVED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL" if good else
+                         "ITEM_REMOVED_NOT_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL", at)
+            else:
+                self.add("ITEM_WITH_FALSE_REMOVED_FROM_CLOSED_CONTENT_MODEL" if otup[i] is False else
+                         "ITEM_REMOVED_FROM_CLOSED_CONTENT_MODEL", at)
+        for i in range(len(otup), len(utup)):
+            at = f"{where}/items/{i}"
+            if _items_open(o):
+                self.add("ITEM_WITH_EMPTY_SCHEMA_ADDED_TO_OPEN_CONTENT_MODEL"
+                         if _kind(self._resolve(utup[i], 1)) == "empty" else "ITEM_ADDED_TO_OPEN_CONTENT_MODEL", at)
+            elif isinstance(o.get("additionalItems"), dict):
+                good, diffs = self.compatible(o["additionalItems"], utup[i], at)
+                self.found += diffs
+                self.add("ITEM_ADDED_IS_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL" if good else
+                         "ITEM_ADDED_NOT_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL", at)
+            else:
+                self.add("ITEM_ADDED_TO_CLOSED_CONTENT_MODEL", at)
+        at = f"{where}/additionalItems"
+        oa, ua = o.get("additionalItems", True), u.get("additionalItems", True)
+        if (oa is not False) != (ua is not False):
+            self.add("ADDITIONAL_ITEMS_REMOVED" if oa is not False else "ADDITIONAL_ITEMS_ADDED", at)
+        elif not isinstance(oa, dict) and isinstance(ua, dict):
+            self.add("ADDITIONAL_ITEMS_NARROWED", at)
+        elif isinstance(oa, dict) and not isinstance(ua, dict):
+            self.add("ADDITIONAL_ITEMS_EXTENDED", at)
+        elif isinstance(oa, dict) and isinstance(ua, dict):
+            self.compare(oa, ua, at)
         self._bounds(o, u, where, "maxItems", "MAX_ITEMS", larger_ok=True)
         self._bounds(o, u, where, "minItems", "MIN_ITEMS", larger_ok=False)
         if bool(o.get("uniqueItems")) != bool(u.get("uniqueItems")):
             self.add("UNIQUE_ITEMS_ADDED" if u.get("uniqueItems") else "UNIQUE_ITEMS_REMOVED", f"{where}/uniqueItems")
-        oi, ui = o.get("items"), u.get("items")
-        if isinstance(oi, list) or isinstance(ui, list):
-            return  # tuple validation: not compared (see the module docstring)
-        if oi is None and ui is not None:
-            if _kind(self._resolve(ui, 1)) != "empty":
-                self.add("TYPE_NARROWED", f"{where}/items")
-        elif oi is not None and ui is None:
-            return  # any item is accepted now
-        else:
-            self.compare(oi, ui, f"{where}/items")
+
+    def _dependencies(self, o: dict, u: dict, where: str) -> None:
+        def split(s: dict) -> tuple[dict, dict]:
+            arrays = {k: v for k, v in (s.get("dependencies") or {}).items() if isinstance(v, list)}
+            arrays.update(s.get("dependentRequired") or {})
+            schemas = {k: v for k, v in (s.get("dependencies") or {}).items() if not isinstance(v, list)}
+            schemas.update(s.get("dependentSchemas") or {})
+            return arrays, schemas
+
+        (oarr, osch), (uarr, usch) = split(o), split(u)
+        for name in sorted(set(oarr) | set(uarr)):
+            at = f"{where}/dependencies/{name}"
+            if name not in uarr:
+                self.add("DEPENDENCY_ARRAY_REMOVED", at)
+            elif name not in oarr:
+                self.add("DEPENDENCY_ARRAY_ADDED", at)
+            elif set(oarr[name]) != set(uarr[name]):
+                if set(uarr[name]) >= set(oarr[name]):
+                    self.add("DEPENDENCY_ARRAY_EXTENDED", at)
+                elif set(oarr[name]) >= set(uarr[name]):
+                    self.add("DEPENDENCY_ARRAY_NARROWED", at)
+                else:
+                    self.add("DEPENDENCY_ARRAY_CHANGED", at)
+        for name in sorted(set(osch) | set(usch)):
+            at = f"{where}/dependencies/{name}"
+            if name not in usch:
+                self.add("DEPENDENCY_SCHEMA_REMOVED", at)
+            elif name not in osch:
+                self.add("DEPENDENCY_SCHEMA_ADDED", at)
+            else:
+                self.compare(osch[name], usch[name], at)
 
 
 def _follow(root: JsonSchema, ref: str) -> Any:
@@ -392,14 +459,29 @@ def _follow(root: JsonSchema, ref: str) -> Any:
     return doc
 
 
+def _dedupe(subs: list[Any]) -> list[Any]:
+    """Subschemas without repeats (Confluent compares them as a set)."""
+    seen: set[str] = set()
+    out = []
+    for sub in subs:
+        key = json.dumps(sub, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            out.append(sub)
+    return out
+
+
 def _combined(s: dict) -> tuple[str, list[Any]]:
     for crit in ("allOf", "anyOf", "oneOf"):
         if isinstance(s.get(crit), list):
-            return crit, s[crit]
+            return crit, _dedupe(s[crit])
     types = s.get("type")
     if isinstance(types, list):  # "type": [a, b] is a union of the single types
         rest = {k: v for k, v in s.items() if k != "type"}
-        return "anyOf", [{**rest, "type": t} for t in types]
+        return "anyOf", _dedupe([{**rest, "type": t} for t in types])
+    for kw in ("enum", "const"):
+        if kw in s and "type" in s:  # a typed enum is both: the type's schema and the enum (everit's allOf)
+            return "allOf", [{k: v for k, v in s.items() if k != kw}, {kw: s[kw]}]
     return "allOf", []
 
 
@@ -411,6 +493,8 @@ def _kind(s: Any) -> str:
     if not isinstance(s, dict):
         return "empty"
     if any(isinstance(s.get(c), list) for c in ("allOf", "anyOf", "oneOf")) or isinstance(s.get("type"), list):
+        return "combined"
+    if ("enum" in s or "const" in s) and "type" in s:
         return "combined"
     if "not" in s:
         return "not"
@@ -427,6 +511,10 @@ def _kind(s: Any) -> str:
         if any(k in s for k in keywords):
             return kind
     return "empty"
+
+
+def _items_open(s: dict) -> bool:
+    return s.get("additionalItems", True) is True
 
 
 def _requires_integer(s: dict) -> bool:
