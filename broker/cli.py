@@ -196,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("reassign-partitions", "cli.reassign_partitions",
          "move replicas: --execute | --verify | --cancel | --list (kafka-reassign-partitions)"),
         ("healthcheck", "cli.healthcheck", "exit 0 when the local broker answers ApiVersions (container health)"),
+        ("schemas", "cli.schemas", "Schema Registry: list | get | register | delete | compatibility | config"),
     ):
         p = sub.add_parser(name, help=text, add_help=False)
         p.add_argument("rest", nargs=argparse.REMAINDER)
@@ -208,7 +209,7 @@ _DELEGATED = {"groups": "cli.groups", "transactions": "cli.transactions", "featu
               "console-consumer": "cli.console_consumer", "get-offsets": "cli.get_offsets", "perf": "cli.perf",
               "users": "cli.users", "cluster": "cli.cluster", "acls": "cli.acls",
               "healthcheck": "cli.healthcheck", "leader-election": "cli.leader_election",
-              "reassign-partitions": "cli.reassign_partitions"}
+              "reassign-partitions": "cli.reassign_partitions", "schemas": "cli.schemas"}
 
 
 def main(argv: list[str] | None = None) -> int:
