@@ -27,8 +27,8 @@ from kafka.protocol.admin import DescribeConfigsRequest
 from broker.coordinator_bridge import LocalPartitionAccess
 from protocol.errors import ErrorCode, KafkaError
 from registry.access import TOPIC
-from registry.validation import TopicValidation, strategy_name
-from storage.batch import BatchHeader, decode_records, parse_header
+from registry.validation import TopicValidation, batch_fields, strategy_name
+from storage.batch import BatchHeader, parse_header
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -217,9 +217,8 @@ class SchemaRegistryBridge:
         if self.node is None:
             return (f"Schema validation is on for {topic} but this broker serves no schema registry "
                     f"({LISTENER} is not set)", [])
-        try:
-            decoded = [(r.key, r.value, r.headers) for r in decode_records(records)]
-        except Exception:  # noqa: BLE001 - malformed: answered by the append path
+        decoded = batch_fields(records)
+        if decoded is None:  # malformed: answered by the append path
             return None
         errors = await self.node.validate(topic, settings, decoded)
         if not errors:

@@ -105,12 +105,120 @@ class RecordChecker:
     def check(self, topic: str, settings: TopicValidation,
               records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]]) -> list[tuple[int, str]]:
         errors = []
+        # The records of a batch mostly name the same schema: one verdict per distinct id prefix.
+        verdicts: dict[tuple[bool, bytes], str | None] = {}
+        check_one = self.check_one
         for i, (key, value, headers) in enumerate(records):
             why = None
-            if settings.keys:
-                why = self.check_one(topic, key, headers, True, settings.key_strategy)
-            if why is None and settings.values:
-                why = self.check_one(topic, value, headers, False, settings.value_strategy)
+            for is_key, data, strategy in ((True, key, settings.key_strategy),
+                                           (False, value, settings.value_strategy)):
+                if not (settings.keys if is_key else settings.values) or data is None:
+                    continue
+                if headers:
+                    why = check_one(topic, data, headers, is_key, strategy)
+                else:
+                    memo = (is_key, data[:17] if data[:1] == b"\x01" else data[:5])
+                    if memo in verdicts:
+                        why = verdicts[memo]
+                    else:
+                        why = verdicts[memo] = check_one(topic, data, headers, is_key, strategy)
+                if why is not None:
+                    break
             if why is not None:
                 errors.append((i, f"Schema validation failed: {why}"))
         return errors
+
+
+# --- the record walk of a produced batch ------------------------------------------------------------
+
+_PREFIX = 17  # magic byte + 16-byte guid: all of a payload the check looks at
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    raw = shift = 0
+    for k in range(10):
+        b = data[pos + k]
+        raw |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos + k + 1
+        shift += 7
+    raise ValueError("varint too long")
+
+
+def batch_fields(batch: bytes | bytearray | memoryview
+                 ) -> list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]] | None:
+    """(key prefix, value prefix, schema-id headers) of every record of one v2 batch, reading only
+    what validation needs (the first 17 bytes of keys and values; headers named
+    ``__key_schema_id``/``__value_schema_id``). None when the batch does not decode (the append's
+    own validation answers it)."""
+    from storage import batch as B
+    from storage.record_validation import decompress
+
+    try:
+        h = B.parse_header(batch)
+        start, end = B.HEADER_SIZE, h.size
+        codec = h.attributes & B.COMPRESSION_MASK
+        view = memoryview(batch)[start:end]
+        data = bytes(view) if codec == 0 else decompress(codec, view, 64 << 20)
+        out = []
+        append = out.append
+        pos = 0
+        prefix = _PREFIX
+        for _ in range(h.records_count):
+            # One-byte varints (the common case) are decoded inline, as storage/record_validation.py does.
+            b = data[pos]
+            if b < 0x80:
+                size, pos = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                size, pos = _varint(data, pos)
+            stop = pos + size
+            pos += 1  # attributes
+            b = data[pos]  # timestamp delta: only its extent matters
+            if b < 0x80:
+                pos += 1
+            else:
+                _, pos = _varint(data, pos)
+            b = data[pos]  # offset delta
+            if b < 0x80:
+                pos += 1
+            else:
+                _, pos = _varint(data, pos)
+            b = data[pos]
+            if b < 0x80:
+                n, pos = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                n, pos = _varint(data, pos)
+            if n >= 0:
+                key = data[pos:pos + (n if n < prefix else prefix)]
+                pos += n
+            else:
+                key = None
+            b = data[pos]
+            if b < 0x80:
+                n, pos = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                n, pos = _varint(data, pos)
+            if n >= 0:
+                value = data[pos:pos + (n if n < prefix else prefix)]
+                pos += n
+            else:
+                value = None
+            headers: list[tuple[str, bytes | None]] = []
+            if data[pos] == 0:
+                pos += 1
+            else:
+                nh, pos = _varint(data, pos)
+                for _ in range(nh):
+                    kn, pos = _varint(data, pos)
+                    hk = data[pos:pos + kn]
+                    pos += kn
+                    vn, pos = _varint(data, pos)
+                    if hk in (b"__key_schema_id", b"__value_schema_id"):
+                        headers.append((hk.decode(), data[pos:pos + vn] if vn >= 0 else None))
+                    pos += max(vn, 0)
+            if pos != stop:
+                return None
+            append((key, value, headers))
+        return out
+    except (IndexError, ValueError, B.InvalidBatchError):
+        return None
