@@ -12,7 +12,12 @@ import urllib.error
 import urllib.request
 
 import pytest
-from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+from confluent_kafka.admin import (
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from tests.helpers.broker_proc import free_port
