@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from kafka.protocol.admin import DescribeConfigsRequest
+from kafka.protocol.consumer import FetchRequest
 
 from broker.coordinator_bridge import LocalPartitionAccess
 from protocol.errors import ErrorCode, KafkaError
 from registry.access import TOPIC
 from registry.validation import TopicValidation, batch_fields, strategy_name
-from storage.batch import BatchHeader, parse_header
+from storage.batch import BatchHeader, iter_headers, parse_header
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -134,6 +135,37 @@ class BrokerRegistryAccess:
     async def append(self, batch: bytes) -> int:
         base = await self._partitions.append(TOPIC, 0, batch)
         return base + parse_header(batch).records_count
+
+    def topic_id(self) -> object | None:
+        info = self.broker.metadata.get_topic(TOPIC)
+        return None if info is None else info.topic_id
+
+    async def fetch_remote(self, offset: int) -> tuple[list[tuple[BatchHeader, bytes]], int] | None:
+        leader = self.leader()
+        if leader is None or leader == self.node_id:
+            return None
+        F = FetchRequest.FetchTopic
+        req = FetchRequest(
+            version=12, replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=8 << 20, isolation_level=0,
+            session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=[],
+            topics=[F(version=12, topic=TOPIC, partitions=[F.FetchPartition(
+                version=12, partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+                log_start_offset=-1, partition_max_bytes=8 << 20)])])
+        try:
+            resp = await self.broker.inter_broker.request(leader, req, 12, 10.0)
+        except (ConnectionError, TimeoutError) as e:
+            log.info("reading %s from broker %d failed: %r", TOPIC, leader, e)
+            return None
+        part = resp.responses[0].partitions[0] if resp.responses else None
+        if part is None or part.error_code:
+            if part is not None and part.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                return [], -1  # below the log start or past the end: replay again from the start
+            return None
+        data = part.records or b""
+        batches = []
+        for h in iter_headers(data, check=False):  # a trailing partial batch ends the answer
+            batches.append((h, bytes(memoryview(data)[h.position:h.position + h.size])))
+        return batches, part.high_watermark
 
     async def registry_url(self, node_id: int) -> str | None:
         if node_id == self.node_id:

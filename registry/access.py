@@ -48,5 +48,13 @@ class RegistryAccess(Protocol):
         """Append one batch as the leader; returns the offset after it once the ISR has it.
         Raises an exception carrying ``code`` (a Kafka error code) on failure."""
 
+    def topic_id(self) -> object | None:
+        """Identity of the ``_schemas`` topic (changes when it is deleted and created again); None
+        when it does not exist."""
+
+    async def fetch_remote(self, offset: int) -> tuple[list[tuple[BatchHeader, bytes]], int] | None:
+        """Without a local replica: the batches from ``offset`` and the high watermark, read from
+        the leader as a consumer (committed records only); None when no leader answers."""
+
     async def registry_url(self, node_id: int) -> str | None:
         """The registry URL another broker advertises (``kbroker.schema.registry.advertised.listener``)."""

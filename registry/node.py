@@ -53,7 +53,7 @@ class RegistryNode:
                        ) -> list[tuple[int, str]]:
         """(batch index, message) for every refused record of one batch ([] = accept)."""
         errors = RecordChecker(self.store.state, self._record_name).check(topic, settings, records)
-        if errors and self.store.next_offset < self.store.access.log_end_offset():
+        if errors and self.store.maybe_behind():
             # Maybe registered a moment ago through another broker: settle what is here, retry.
             await self.store.settle(VALIDATION_CATCH_UP_S)
             errors = RecordChecker(self.store.state, self._record_name).check(topic, settings, records)

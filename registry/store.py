@@ -3,7 +3,8 @@ the primary, appends new records.
 
 Followers replay up to the high watermark (committed records only). The primary replays up to
 its log end before it writes, since as leader everything in its log will be committed or its
-leadership lost. Whenever the replica's identity changes (topic recreated, new leader epoch,
+leadership lost. A broker without a replica (more brokers than replicas) reads ``_schemas`` from
+its leader as a consumer would, in short polls. Whenever the replica's identity changes (topic recreated, new leader epoch,
 leadership gained or lost) after records past the high watermark were applied, or the log was
 truncated below what was replayed, the state is rebuilt from the start of the log.
 """
@@ -34,6 +35,8 @@ class SchemaStore:
         self._uncommitted = False  # applied records past the high watermark
         self._task: asyncio.Task[None] | None = None
         self.bad_records = 0
+        self._progress = asyncio.Event()  # set (and replaced) whenever the tail loop finished a round
+        self._remote_hw = 0
 
     # --- replay ----------------------------------------------------------------------------------
 
@@ -50,10 +53,50 @@ class SchemaStore:
     async def _tail(self) -> None:
         while True:
             try:
-                self.catch_up()
+                if self.access.partition_identity() is not None or self.access.topic_id() is None:
+                    self.catch_up()
+                    self._round_done()
+                    await self.access.wait_for_change(1.0)
+                else:
+                    await self._remote_round()
+            except asyncio.CancelledError:
+                raise
             except Exception:
                 log.exception("replaying %s failed; retrying", "_schemas")
-            await self.access.wait_for_change(1.0)
+                await asyncio.sleep(1.0)
+
+    def _round_done(self) -> None:
+        self._progress.set()
+        self._progress = asyncio.Event()
+
+    async def _remote_round(self) -> None:
+        ident = ("remote", self.access.topic_id())
+        if ident != self._identity:
+            if self._identity is not None:
+                self._reset("the _schemas topic changed")
+            self._identity = ident
+        got = await self.access.fetch_remote(self.next_offset)
+        if got is None:
+            self._round_done()
+            await asyncio.sleep(0.5)
+            return
+        batches, hw = got
+        self._remote_hw = hw
+        if hw < self.next_offset:  # the leader's log no longer has what was replayed
+            self._reset("the _schemas log was truncated")
+            return
+        for header, raw in batches:
+            if header.base_offset >= hw:
+                break
+            if not header.is_control:
+                for rec in decode_records(raw):
+                    if self.next_offset <= rec.offset < hw:
+                        self._apply(rec.offset, rec.key, rec.value)
+                        self.next_offset = rec.offset + 1
+            self.next_offset = max(self.next_offset, min(header.last_offset + 1, hw))
+        self._round_done()
+        if self.next_offset >= hw:
+            await asyncio.sleep(0.3)  # caught up: poll again soon (short polls keep the shared connection free)
 
     def _reset(self, why: str) -> None:
         log.info("rebuilding the schema registry state from the start of _schemas (%s)", why)
@@ -113,23 +156,39 @@ class SchemaStore:
             self.bad_records += 1
             log.warning("_schemas offset %d is not a registry record (%s); skipped", offset, e)
 
+    def _local(self) -> bool:
+        return self.access.partition_identity() is not None
+
     async def wait_replayed(self, offset: int, timeout_s: float) -> bool:
         """Wait until the local state includes everything before ``offset``."""
         deadline = time.monotonic() + timeout_s
         while True:
-            self.catch_up()
+            if self._local():
+                self.catch_up()
             if self.next_offset >= offset:
                 return True
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            await self.access.wait_for_change(min(left, 0.5))
+            progress = self._progress
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(progress.wait(), min(left, 0.5))
+
+    def maybe_behind(self) -> bool:
+        """Something committed may not be applied here yet (a validation miss then settles first)."""
+        return not self._local() or self.next_offset < self.access.log_end_offset()
 
     async def settle(self, timeout_s: float) -> None:
         """Wait (bounded) until what this replica already holds is committed and applied: a read
-        or a validation after another broker's write sees it."""
-        target = self.access.log_end_offset()
-        await self.wait_replayed(target, timeout_s)
+        or a validation after another broker's write sees it. Without a replica: one more read
+        from the leader."""
+        if self._local():
+            await self.wait_replayed(self.access.log_end_offset(), timeout_s)
+            return
+        for _ in range(2):  # the round in flight may have started before the write
+            progress = self._progress
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(progress.wait(), timeout_s / 2)
 
     # --- writes (primary only) ---------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ Avro, JSON Schema and Protobuf serializers register through one broker's URL, a 
 through another's; every broker answers the same versions. The primary is killed with SIGKILL:
 a new leader of ``_schemas`` takes over, registrations go on through the survivors with ids
 that keep growing (never one given before), and the killed broker, restarted, catches up.
+With ``_schemas`` on one broker only, the others read it from its leader and serve as well.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
+from confluent_kafka import KafkaError
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
@@ -44,8 +46,8 @@ def _record(name: str, *fields: str) -> str:
 
 
 @contextmanager
-def registry_cluster(etcd: EtcdProcess, base: Path) -> Iterator[tuple[BrokerCluster, dict[int, str]]]:
-    cluster = BrokerCluster(etcd, base, 3, **OVERRIDES)
+def registry_cluster(etcd: EtcdProcess, base: Path, **extra: str) -> Iterator[tuple[BrokerCluster, dict[int, str]]]:
+    cluster = BrokerCluster(etcd, base, 3, **{**OVERRIDES, **extra})
     urls = {}
     for node, b in cluster.brokers.items():
         urls[node] = f"http://127.0.0.1:{free_port()}"
@@ -118,3 +120,26 @@ def test_registry_across_brokers_and_primary_failover(etcd: EtcdProcess, tmp_pat
                            timeout=60)
         assert status == 200 and doc["id"] > max(ids_before), doc
         assert try_views(cluster.brokers[primary].bootstrap, "_schemas")[0].isr
+
+
+def test_brokers_without_a_schemas_replica(etcd: EtcdProcess, tmp_path: Path):
+    """_schemas with one replica: the two other brokers have none and read it from its leader as a
+    consumer; they answer reads, forward writes and validate produced records all the same."""
+    with registry_cluster(etcd, tmp_path, **{"kbroker.schema.registry.topic.replication.factor": "1"}) as (
+            cluster, urls):
+        status, doc = http(urls[1], "POST", "/subjects/t-value/versions", {"schema": _record("T", "a")}, timeout=60)
+        assert status == 200, doc
+        holder = _primary(cluster)
+        others = [n for n in urls if n != holder]
+        for n in others:  # no replica here, yet the registration is served
+            wait_http(urls[n], "/subjects/t-value/versions", lambda s, b: s == 200 and b == [1])
+            status, doc = http(urls[n], "POST", f"/subjects/t{n}-value/versions", {"schema": _record(f"T{n}")},
+                               timeout=60)
+            assert status == 200 and doc["version"] == 1, doc
+            wait_http(urls[n], f"/subjects/t{n}-value/versions", lambda s, b: s == 200 and b == [1])
+        # Validation on a broker without a replica: a topic led by one of the others.
+        create_topic(cluster.bootstrap, "t", 3, 1, {"confluent.value.schema.validation": "true"})
+        ser = AvroSerializer(SchemaRegistryClient({"url": urls[others[0]]}), _record("T", "a"))
+        assert produce_serialized(cluster.bootstrap, "t", ser, [{"a": str(i)} for i in range(6)]) == [None] * 6
+        errors = produce_serialized(cluster.bootstrap, "t", None, [b"raw"] * 3)
+        assert all(e is not None and e.code() == KafkaError.INVALID_RECORD for e in errors), errors
