@@ -176,3 +176,18 @@ def test_podman_compose_config_agrees() -> None:
     merged = _config(BASE, OVERRIDE)
     assert set(base["services"]) == {"etcd", *BROKERS, "prometheus", "grafana"}
     _check(base, merged)
+
+
+def test_image_gets_every_package() -> None:
+    """The Dockerfile copies (and pre-creates for its dependency layer) every package pyproject.toml
+    installs: a package left out would be missing from the image."""
+    import re
+
+    pyproject = (REPO_ROOT / "pyproject.toml").read_text()
+    include = re.search(r"include = \[([^\]]*)\]", pyproject)
+    assert include is not None
+    packages = {p.strip().strip('"').rstrip("*") for p in include.group(1).split(",")}
+    dockerfile = (REPO_ROOT / "Dockerfile").read_text()
+    for pkg in packages:
+        assert f"COPY {pkg} /src/{pkg}" in dockerfile, pkg
+        assert re.search(rf"for p in [^;]*\b{pkg}\b", dockerfile), pkg
