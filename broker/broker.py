@@ -146,8 +146,9 @@ class Broker:
         if self.cluster is not None:
             for part in list(self.replica_manager.all()):
                 self.partition_role_changed(part)
-        self.bound = await self.server.start()
+        # The registry listens before the Kafka listeners: a client that reached the broker finds it.
         await self.schema_registry.start()
+        self.bound = await self.server.start()
         if listener := self.config.get("kbroker.prometheus.listener"):
             from broker.metrics.endpoint import MetricsEndpoint
 

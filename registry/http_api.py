@@ -266,8 +266,9 @@ class RegistryServer:
 
     async def lookup(self, request: web.Request) -> web.Response:
         body = await _body(request)
-        return _json(self.registry.lookup(request.match_info["subject"], body, normalize=_flag(request, "normalize"),
-                                          deleted=_flag(request, "deleted"), fmt=request.query.get("format", "")))
+        return _json(await self.registry.lookup(request.match_info["subject"], body,
+                                                normalize=_flag(request, "normalize"), deleted=_flag(request, "deleted"),
+                                                fmt=request.query.get("format", "")))
 
     async def delete_subject(self, request: web.Request) -> web.Response:
         subject = request.match_info["subject"]
@@ -279,7 +280,7 @@ class RegistryServer:
         sv = self.registry.get_version(subject, None, deleted=_flag(request, "deleted"))
         if request.query.getall("key", []):  # no schema carries metadata here
             raise E.schema_not_found()
-        return _json(self.registry.version_doc(sv, request.query.get("format", "")))
+        return _json(await self.registry.version_doc(sv, request.query.get("format", "")))
 
     async def list_versions(self, request: web.Request) -> web.Response:
         versions = self.registry.versions(request.match_info["subject"], deleted=_flag(request, "deleted"),
@@ -296,12 +297,12 @@ class RegistryServer:
     async def get_version(self, request: web.Request) -> web.Response:
         version = parse_version(request.match_info["version"])
         sv = self.registry.get_version(request.match_info["subject"], version, deleted=_flag(request, "deleted"))
-        return _json(self.registry.version_doc(sv, request.query.get("format", "")))
+        return _json(await self.registry.version_doc(sv, request.query.get("format", "")))
 
     async def get_version_schema(self, request: web.Request) -> web.Response:
         version = parse_version(request.match_info["version"])
         sv = self.registry.get_version(request.match_info["subject"], version, deleted=_flag(request, "deleted"))
-        doc = self.registry.version_doc(sv, request.query.get("format", ""))
+        doc = await self.registry.version_doc(sv, request.query.get("format", ""))
         return web.Response(text=doc["schema"], content_type=CONTENT_TYPE)
 
     async def referenced_by(self, request: web.Request) -> web.Response:
@@ -321,21 +322,21 @@ class RegistryServer:
         for subject in self.registry.subjects(prefix=prefix, deleted=deleted):
             versions = self.registry.state.subject_versions(subject, deleted=deleted)
             for sv in versions[-1:] if latest_only else versions:
-                out.append(self.registry.version_doc(sv))
+                out.append(await self.registry.version_doc(sv))
         return _json(_page(out, request))
 
     async def schema_types(self, request: web.Request) -> web.Response:
         return _json(sorted(self.registry.formats))
 
     async def schema_by_id(self, request: web.Request) -> web.Response:
-        doc = self.registry.schema_by_id(_schema_id(request.match_info["id"]), request.query.get("format", ""),
+        doc = await self.registry.schema_by_id(_schema_id(request.match_info["id"]), request.query.get("format", ""),
                                          request.query.get("subject") or None)
         if _flag(request, "fetchMaxId"):
             doc["maxId"] = self.registry.state.max_id
         return _json(doc)
 
     async def schema_by_id_raw(self, request: web.Request) -> web.Response:
-        doc = self.registry.schema_by_id(_schema_id(request.match_info["id"]), request.query.get("format", ""),
+        doc = await self.registry.schema_by_id(_schema_id(request.match_info["id"]), request.query.get("format", ""),
                                          request.query.get("subject") or None)
         return web.Response(text=doc["schema"], content_type=CONTENT_TYPE)
 
@@ -352,10 +353,10 @@ class RegistryServer:
                            request))
 
     async def schema_by_guid(self, request: web.Request) -> web.Response:
-        return _json(self.registry.schema_by_guid(request.match_info["guid"], request.query.get("format", "")))
+        return _json(await self.registry.schema_by_guid(request.match_info["guid"], request.query.get("format", "")))
 
     async def guid_ids(self, request: web.Request) -> web.Response:
-        doc = self.registry.schema_by_guid(request.match_info["guid"])
+        doc = await self.registry.schema_by_guid(request.match_info["guid"])
         return _json([{"context": ".", "id": doc["id"]}])
 
     async def get_config(self, request: web.Request) -> web.Response:
@@ -391,7 +392,7 @@ class RegistryServer:
 
     async def compatibility(self, request: web.Request) -> web.Response:
         body = await _body(request)
-        return _json(self.registry.check_compatibility(
+        return _json(await self.registry.check_compatibility(
             request.match_info["subject"], request.match_info.get("version"), body,
             normalize=_flag(request, "normalize"), verbose=_flag(request, "verbose")))
 

@@ -97,7 +97,29 @@ class SchemaRegistry:
     def parse_stored(self, stored: StoredSchema | R.SchemaValue) -> ParsedSchema:
         return self.parse(stored.schema_type, stored.schema, list(stored.references))
 
-    def _request_schema(self, body: Any, *, normalize: bool) -> tuple[str, str, list[R.Reference], ParsedSchema]:
+    async def aparse(self, schema_type: str, schema: str, refs: list[R.Reference]) -> ParsedSchema:
+        """``parse`` with the parsing on an executor thread: a large schema takes seconds to parse
+        (the .proto grammar, jsonschema's meta-schema check) and the broker's loop must not wait.
+        References are resolved on the loop, which owns the state."""
+        key = (schema_type, schema, tuple(refs))
+        hit = self._parsed.get(key)
+        if hit is not None:
+            self._parsed.move_to_end(key)
+            return hit
+        fmt = self.formats.get(schema_type)
+        if fmt is None:
+            raise E.invalid_schema(f"unknown schema type {schema_type!r}")
+        texts = self._references(refs)
+        try:
+            parsed = await asyncio.get_running_loop().run_in_executor(None, fmt.parse, schema, texts)
+        except InvalidSchema as e:
+            raise E.invalid_schema(str(e)) from None
+        self._parsed[key] = parsed
+        if len(self._parsed) > _PARSE_CACHE:
+            self._parsed.popitem(last=False)
+        return parsed
+
+    async def _request_schema(self, body: Any, *, normalize: bool) -> tuple[str, str, list[R.Reference], ParsedSchema]:
         """(type, stored text, references, parsed) of a register/lookup/compatibility request body."""
         if not isinstance(body, dict):
             raise E.unprocessable("the request body must be a JSON object")
@@ -124,7 +146,7 @@ class SchemaRegistry:
                     raise E.invalid_schema(f"reference {r['name']!r}: subject {r['subject']!r} has no versions")
                 version = live[-1].version
             refs.append(R.Reference(r["name"], r["subject"], version))
-        parsed = self.parse(schema_type.upper(), schema, refs)
+        parsed = await self.aparse(schema_type.upper(), schema, refs)
         text = parsed.normalized() if normalize else parsed.canonical
         if len(text.encode()) > self.max_schema_bytes:
             raise E.schema_too_large(self.max_schema_bytes)
@@ -132,23 +154,23 @@ class SchemaRegistry:
 
     # --- shapes of answers ---------------------------------------------------------------------------
 
-    def _schema_fields(self, schema_type: str, text: str, refs: tuple | list, fmt: str = "",
-                       parsed: ParsedSchema | None = None) -> dict:
+    async def _schema_fields(self, schema_type: str, text: str, refs: tuple | list, fmt: str = "",
+                             parsed: ParsedSchema | None = None) -> dict:
         doc: dict[str, Any] = {}
         if schema_type != "AVRO":
             doc["schemaType"] = schema_type
         if refs:
             doc["references"] = [r.to_json() for r in refs]
         if fmt:
-            parsed = parsed or self.parse(schema_type, text, list(refs))
+            parsed = parsed or await self.aparse(schema_type, text, list(refs))
             text = parsed.formatted(fmt)
         doc["schema"] = text
         return doc
 
-    def version_doc(self, sv: R.SchemaValue, fmt: str = "") -> dict:
+    async def version_doc(self, sv: R.SchemaValue, fmt: str = "") -> dict:
         doc = {"subject": sv.subject, "version": sv.version, "id": sv.id,
                "guid": schema_guid(sv.schema, sv.references)}
-        doc.update(self._schema_fields(sv.schema_type, sv.schema, sv.references, fmt))
+        doc.update(await self._schema_fields(sv.schema_type, sv.schema, sv.references, fmt))
         if sv.deleted:
             doc["deleted"] = True
         return doc
@@ -188,19 +210,19 @@ class SchemaRegistry:
                 return sv
         raise E.version_not_found(version)
 
-    def schema_by_id(self, schema_id: int, fmt: str = "", subject: str | None = None) -> dict:
+    async def schema_by_id(self, schema_id: int, fmt: str = "", subject: str | None = None) -> dict:
         stored = self.state.schemas.get(schema_id)
         if stored is None or (subject and not any(s == subject for s, _ in self.state.users.get(schema_id, ()))):
             raise E.schema_not_found(schema_id)
-        doc = self._schema_fields(stored.schema_type, stored.schema, stored.references, fmt)
+        doc = await self._schema_fields(stored.schema_type, stored.schema, stored.references, fmt)
         doc["guid"] = stored.guid
         return doc
 
-    def schema_by_guid(self, guid: str, fmt: str = "") -> dict:
+    async def schema_by_guid(self, guid: str, fmt: str = "") -> dict:
         schema_id = self.state.by_guid.get(guid)
         if schema_id is None:
             raise E.schema_not_found(guid)
-        doc = self.schema_by_id(schema_id, fmt)
+        doc = await self.schema_by_id(schema_id, fmt)
         doc["id"] = schema_id
         return doc
 
@@ -213,42 +235,37 @@ class SchemaRegistry:
                 out.append((subject, version))
         return out
 
-    def lookup(self, subject: str, body: Any, *, normalize: bool, deleted: bool, fmt: str) -> dict:
+    async def lookup(self, subject: str, body: Any, *, normalize: bool, deleted: bool, fmt: str) -> dict:
         check_subject(subject)
         if not self.state.has_subject(subject, deleted=True):
             raise E.subject_not_found(subject)
         normalize = normalize or False
-        schema_type, text, refs, parsed = self._request_schema(body, normalize=normalize)
+        schema_type, text, refs, parsed = await self._request_schema(body, normalize=normalize)
         candidates = {text, parsed.canonical, parsed.normalized()}
         for sv in reversed(self.state.subject_versions(subject, deleted=deleted)):
             if sv.schema_type == schema_type and sv.references == refs and sv.schema in candidates:
-                return self.version_doc(sv, fmt)
+                return await self.version_doc(sv, fmt)
         raise E.schema_not_found()
 
     def _compat_errors(self, level: str, parsed: ParsedSchema, previous: list[R.SchemaValue]) -> list[str]:
         """Confluent's CompatibilityChecker: BACKWARD* = the new schema reads the old ones' data,
         FORWARD* = the old ones read the new one's, FULL* both; non-transitive = the latest only."""
-        if level == "NONE" or not previous:
-            return []
-        against = previous if level.endswith("_TRANSITIVE") else previous[-1:]
-        errors: list[str] = []
-        for sv in reversed(against):
-            old = self.parse_stored(sv)
-            if level.startswith(("BACKWARD", "FULL")):
-                errors += parsed.backward_errors(old)
-            if level.startswith(("FORWARD", "FULL")):
-                errors += old.backward_errors(parsed)
-            if errors:
-                errors.append(f"{{oldSchemaVersion: {sv.version}}}")
-                errors.append(f"{{oldSchema: '{sv.schema}'}}")
-                errors.append(f"{{compatibility: '{level}'}}")
-                break
-        return errors
+        against = _against(level, previous)
+        return _compare(level, parsed, [(sv, self.parse_stored(sv)) for sv in against])
 
-    def check_compatibility(self, subject: str, version_text: str | None, body: Any, *, normalize: bool,
-                            verbose: bool) -> dict:
+    async def _compat_errors_async(self, level: str, parsed: ParsedSchema, previous: list[R.SchemaValue]) -> list[str]:
+        """``_compat_errors`` with the parsing and the checks on an executor thread (a check of two
+        large Avro records takes seconds)."""
+        against = _against(level, previous)
+        olds = [(sv, await self.aparse(sv.schema_type, sv.schema, list(sv.references))) for sv in against]
+        if not olds:
+            return []
+        return await asyncio.get_running_loop().run_in_executor(None, _compare, level, parsed, olds)
+
+    async def check_compatibility(self, subject: str, version_text: str | None, body: Any, *, normalize: bool,
+                                  verbose: bool) -> dict:
         check_subject(subject)
-        _, _, _, parsed = self._request_schema(body, normalize=normalize)
+        _, _, _, parsed = await self._request_schema(body, normalize=normalize)
         level = self.config_of(subject)
         if version_text is None:
             previous = self.state.subject_versions(subject)
@@ -261,7 +278,7 @@ class SchemaRegistry:
             else:
                 previous = [self.get_version(subject, version)]
             level = level if level == "NONE" else level.removesuffix("_TRANSITIVE")
-        errors = self._compat_errors(level, parsed, previous)
+        errors = await self._compat_errors_async(level, parsed, previous)
         doc: dict[str, Any] = {"is_compatible": not errors}
         if verbose:
             doc["messages"] = errors
@@ -291,7 +308,7 @@ class SchemaRegistry:
                 raise E.unprocessable(f"'{name}' must be an integer")
         if want_id is not None and want_id >= 0 and mode != "IMPORT":
             raise E.not_permitted(f"Subject {subject} is not in import mode")
-        schema_type, text, refs, parsed = self._request_schema(body, normalize=normalize)
+        schema_type, text, refs, parsed = await self._request_schema(body, normalize=normalize)
         st = self.state
         everything = st.subject_versions(subject, deleted=True)
         live = [sv for sv in everything if not sv.deleted]
@@ -313,7 +330,7 @@ class SchemaRegistry:
         else:
             schema_id = st.max_id + 1
         if mode != "IMPORT":
-            errors = self._compat_errors(self.config_of(subject), parsed, live)
+            errors = await self._compat_errors_async(self.config_of(subject), parsed, live)
             if errors:
                 log.info("schema for subject %r refused as incompatible: %s", subject, errors[0])
                 raise E.incompatible(subject, errors)
@@ -455,3 +472,24 @@ class SchemaRegistry:
             raise E.subject_mode_not_found(subject)
         await self.store.write([(R.subject_key(R.MODE, subject), None)])
         return {"mode": previous}
+
+
+def _against(level: str, previous: list[R.SchemaValue]) -> list[R.SchemaValue]:
+    """The versions a level compares with: none, the latest, or all (transitive), newest first."""
+    if level == "NONE" or not previous:
+        return []
+    return list(reversed(previous if level.endswith("_TRANSITIVE") else previous[-1:]))
+
+
+def _compare(level: str, parsed: ParsedSchema, olds: list[tuple[R.SchemaValue, ParsedSchema]]) -> list[str]:
+    """Pure: the errors of ``parsed`` against each earlier version (stops at the first failing one)."""
+    for sv, old in olds:
+        errors: list[str] = []
+        if level.startswith(("BACKWARD", "FULL")):
+            errors += parsed.backward_errors(old)
+        if level.startswith(("FORWARD", "FULL")):
+            errors += old.backward_errors(parsed)
+        if errors:
+            return [*errors, f"{{oldSchemaVersion: {sv.version}}}", f"{{oldSchema: '{sv.schema}'}}",
+                    f"{{compatibility: '{level}'}}"]
+    return []
