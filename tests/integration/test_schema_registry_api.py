@@ -48,6 +48,7 @@ def test_bad_input_gets_error_codes_and_stores_nothing(kb):
         ("POST", "/subjects/p/versions", json.dumps({"schema": "x", "schemaType": "XML"}).encode(), 422, 42201),
         ("POST", "/subjects/s/versions", json.dumps({"schema": json.dumps(
             {"type": "record", "name": "Big", "doc": "x" * 5000, "fields": []})}).encode(), 422, 42209),
+        ("POST", "/subjects/s/versions", b'{"schema": "' + b"x" * (5 << 20) + b'"}', 413, 413),  # body cap 4 MiB
         ("POST", "/subjects/s/versions", json.dumps({"schema": AVRO, "references": [
             {"name": "n", "subject": "missing", "version": 1}]}).encode(), 422, 42201),
         ("POST", "/subjects/s/versions", json.dumps({"schema": AVRO, "id": 77}).encode(), 422, 42205),
