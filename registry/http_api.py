@@ -103,7 +103,8 @@ class RegistryServer:
     # --- lifecycle ---------------------------------------------------------------------------------
 
     async def start(self) -> tuple[str, int]:
-        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        # A stopping broker waits at most 5 s for requests in flight (kbroker.shutdown.timeout.ms is 20 s).
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False, shutdown_timeout=5.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host or None, self.port, ssl_context=self.ssl_context,
                            reuse_address=True)
