@@ -118,3 +118,17 @@ def test_api_lifecycle_and_kill_9_durability(kb):
     third = http(url, "POST", "/subjects/c/versions", {"schema": json.dumps(
         {"type": "record", "name": "C", "fields": []})})[1]
     assert third["id"] == 3
+
+
+def test_import_mode_keeps_given_ids_and_versions(kb):
+    url = url_of(kb)
+    assert http(url, "PUT", "/mode", {"mode": "IMPORT"})[1] == {"mode": "IMPORT"}
+    doc = http(url, "POST", "/subjects/imp/versions", {"schema": AVRO, "id": 100, "version": 5})[1]
+    assert (doc["id"], doc["version"]) == (100, 5)
+    # The same id with another schema is refused (42207); an incompatible schema is not checked.
+    assert http(url, "POST", "/subjects/imp/versions", {"schema": AVRO2, "id": 100, "version": 6})[1][
+        "error_code"] == 42207
+    assert http(url, "PUT", "/mode", {"mode": "READWRITE"})[1] == {"mode": "READWRITE"}
+    assert http(url, "PUT", "/mode", {"mode": "IMPORT"})[1]["error_code"] == 42205  # subjects exist: force
+    doc = http(url, "POST", "/subjects/imp/versions", {"schema": AVRO2})[1]
+    assert (doc["id"], doc["version"]) == (101, 6)  # ids and versions continue after the imported ones
