@@ -20,15 +20,17 @@ RUN python3 -m venv /opt/kbroker
 COPY pyproject.toml README.md setup.py /src/
 # Dependencies first, in a layer of their own: an install of the project with empty packages pulls
 # them, so a source change rebuilds only the small layer below.
-RUN for p in broker cli cluster coordinator protocol security spark_jobs storage; do \
+RUN for p in broker cli cluster coordinator protocol registry security spark_jobs storage; do \
       mkdir -p /src/$p && touch /src/$p/__init__.py; done \
  && /opt/kbroker/bin/pip install --no-cache-dir --disable-pip-version-check /src \
- && rm -rf /src/broker /src/cli /src/cluster /src/coordinator /src/protocol /src/security /src/spark_jobs /src/storage
+ && rm -rf /src/broker /src/cli /src/cluster /src/coordinator /src/protocol /src/registry /src/security /src/spark_jobs \
+    /src/storage
 COPY broker /src/broker
 COPY cli /src/cli
 COPY cluster /src/cluster
 COPY coordinator /src/coordinator
 COPY protocol /src/protocol
+COPY registry /src/registry
 COPY security /src/security
 COPY spark_jobs /src/spark_jobs
 COPY storage /src/storage

@@ -29,6 +29,7 @@ from broker.inter_broker import InterBrokerClients
 from broker.partition import Partition
 from broker.replica_manager import ReplicaManager
 from broker.replication.env import ReplicaEnv
+from broker.schema_registry_bridge import SchemaRegistryBridge
 from broker.server import KafkaServer
 from broker.services import BrokerServices
 from broker.topic_admin import TopicAdmin
@@ -70,6 +71,7 @@ class Broker:
         self.txn_coordinator: TransactionCoordinator
         self.group_coordinator: GroupCoordinator | None = None
         self.marker_writer: MarkerWriter
+        self.partition_access: LocalPartitionAccess
         self.services: BrokerServices
         # Followers' incremental fetch sessions (KIP-227), served by the Fetch handler.
         self.fetch_sessions = FetchSessionCache(int(config.get("max.incremental.fetch.session.cache.slots")))
@@ -83,6 +85,8 @@ class Broker:
         self.bound: list[tuple[str, int]] = []
         self.cluster: Any = None  # cluster.node.ClusterNode in cluster mode
         self.metrics_endpoint: Any = None  # broker.metrics.endpoint.MetricsEndpoint when configured
+        # Schema Registry (kbroker.schema.registry.listener) and produce-path schema validation.
+        self.schema_registry = SchemaRegistryBridge()
 
     def topic_properties(self, overrides: dict[str, str]) -> dict[str, str]:
         return log_config_properties(overrides, self.config)
@@ -151,8 +155,10 @@ class Broker:
             group_coordinator=self.group_coordinator, producer_ids=self.producer_ids, verifier=self.verifier,
             markers=self.marker_writer, fetch_sessions=self.fetch_sessions, quotas=self.quotas,
             authorizer=authorizer_from_config(cfg.get, lambda: self.metadata.acls()),
-            listener_security=self.server.check_listeners, inter_broker=self.inter_broker,
-            clustered=self.cluster is not None)
+            listener_security=self.server.check_listeners, schemas=self.schema_registry,
+            inter_broker=self.inter_broker, clustered=self.cluster is not None)
+        # The registry listens before the Kafka listeners: a client that reached the broker finds it.
+        await self.schema_registry.start(self.services, self.partition_access)
         self.bound = await self.server.start(self.services)
         if listener := self.config.get("kbroker.prometheus.listener"):
             from broker.metrics.endpoint import MetricsEndpoint
@@ -194,7 +200,8 @@ class Broker:
         cfg = self.config
         self.marker_writer = MarkerWriter(self.replica_manager, lambda: self.group_coordinator)
         channel = MarkerChannel(self.node_id, self.metadata, self.marker_writer, self.inter_broker)
-        access = LocalPartitionAccess(self.node_id, cfg, self.replica_manager, self.topics, channel)
+        access = self.partition_access = LocalPartitionAccess(self.node_id, cfg, self.replica_manager, self.topics,
+                                                              channel)
         self.txn_coordinator = TransactionCoordinator(access, cfg, self.producer_ids)
         self.verifier.coordinator = self.txn_coordinator
         # Cluster mode (issue 15): coordinators serve the internal partitions this broker leads.
@@ -274,6 +281,8 @@ class Broker:
             self.replica_manager.update_configs(info.name, info.configs)
         elif event == "leaders":
             self.replica_manager.update_leadership(info.name)
+        if event in ("created", "configs", "deleted"):
+            self.schema_registry.topic_changed(info.name, None if event == "deleted" else info.configs)
         if event in ("created", "deleted") and self.group_coordinator is not None:
             self.group_coordinator.on_topics_changed()  # KIP-848 regex subscriptions are resolved again
 
@@ -395,6 +404,7 @@ class Broker:
         await self.replica_manager.cancel_creations()
         await self.replica_manager.stop_replication()  # first: no acks=all request may hold the listeners
         await self.server.stop()
+        await self.schema_registry.stop()
         if self.inter_broker is not None:
             await self.inter_broker.close()
         if self.metrics_endpoint is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
@@ -26,6 +26,15 @@ if TYPE_CHECKING:
     from coordinator.txn_coordinator import TransactionCoordinator
     from security.authorizer import Authorizer
     from security.quotas import ClientQuotaManager
+
+
+class SchemaChecks(Protocol):
+    """Produce-path schema validation (broker.schema_registry_bridge.SchemaRegistryBridge)."""
+
+    validated: dict[str, Any]  # topic -> its validation settings, only for topics that validate
+
+    async def check_batch(self, topic: str, settings: Any, records: bytes | bytearray | memoryview
+                          ) -> tuple[str, list[tuple[int, str]]] | None: ...
 
 
 @dataclass(eq=False, slots=True)
@@ -46,6 +55,8 @@ class BrokerServices:
     authorizer: Authorizer | None
     # Every listener's TLS context and SASL settings as served now (AlterConfigs reloads key stores).
     listener_security: Callable[[], dict[str, ListenerSecurity]]
+    # the Schema Registry (kbroker.schema.registry.listener) and produce-path schema validation
+    schemas: SchemaChecks
     # broker.inter_broker.InterBrokerClients in cluster mode (markers to other leaders), else None
     inter_broker: Any = None
     clustered: bool = False

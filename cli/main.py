@@ -126,6 +126,12 @@ def _healthcheck(argv: list[str]) -> int:
     return main(argv)
 
 
+def _schemas(argv: list[str]) -> int:
+    from cli.schemas import main
+
+    return main(argv)
+
+
 SUBCOMMANDS: dict[str, Subcommand] = {
     "serve": Subcommand("start a broker (kbroker serve --help lists its configs)", _serve),
     "dump-log": Subcommand("decode .log/.index/.timeindex/.txnindex/.snapshot files (kafka-dump-log)", _dump_log),
@@ -147,6 +153,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
                                       "(kafka-reassign-partitions)", _reassign_partitions),
     "cluster": Subcommand("a local cluster (etcd + N brokers): up | status | down --dir DIR", _cluster),
     "healthcheck": Subcommand("exit 0 when the local broker answers ApiVersions (container health)", _healthcheck),
+    "schemas": Subcommand("Schema Registry: list | get | register | delete | compatibility | config", _schemas),
 }
 
 

@@ -294,6 +294,23 @@ _BROKER_DEFS: list[ConfigDef] = [
     _b("kbroker.prometheus.listener", "string", None,
        "kbroker extension: where to serve Prometheus metrics, as http://HOST:PORT (e.g. http://127.0.0.1:9404; "
        "GET /metrics). Unset: no metrics endpoint. Names follow Strimzi's JMX-exporter rules (docs/operations.md)."),
+    # --- Schema Registry (registry/, docs/schema-registry.md)
+    _b("kbroker.schema.registry.listener", "string", None,
+       "kbroker extension: where this broker serves Confluent Schema Registry's REST API, as http://HOST:PORT or "
+       "https://HOST:PORT (TLS from the broker's ssl.* settings). Unset: no registry (and topics with "
+       "confluent.*.schema.validation refuse their records)."),
+    _b("kbroker.schema.registry.advertised.listener", "string", None,
+       "kbroker extension: the registry URL other brokers forward writes to (unset: the listener, with the "
+       "broker's advertised host when the listener binds a wildcard address)."),
+    _b("kbroker.schema.registry.topic.replication.factor", "int", 3,
+       "kbroker extension: replicas of the _schemas topic when the registry creates it (at most the live "
+       "brokers; Confluent's kafkastore.topic.replication.factor).", at_least(1)),
+    _b("kbroker.schema.registry.max.schema.bytes", "int", 524288,
+       "kbroker extension: largest schema text the registry accepts (UTF-8 bytes); larger ones are refused "
+       "with error 42209.", at_least(1024)),
+    _b("kbroker.schema.registry.basic.auth", "boolean", False,
+       "kbroker extension: require HTTP basic authentication on the registry listener, with a user name and "
+       "password the brokers accept (a SCRAM credential or a PLAIN user of a SASL listener)."),
     # --- cluster mode (etcd; cluster/ and docs/cluster-design.md)
     _b("kbroker.etcd.endpoints", "string", None,
        "kbroker extension: comma-separated etcd URLs (http://host:port). When set the broker runs in cluster "

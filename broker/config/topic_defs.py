@@ -28,6 +28,9 @@ from broker.config.validators import (
     between,
 )
 
+SUBJECT_STRATEGIES = tuple(f"io.confluent.kafka.serializers.subject.{n}" for n in
+                           ("TopicNameStrategy", "RecordNameStrategy", "TopicRecordNameStrategy"))
+
 
 def _t(name: str, type_: str, default: Any, doc: str, valid: Validator | None = None) -> ConfigDef:
     return _b(name, type_, default, doc, valid, dynamic=True)
@@ -77,6 +80,17 @@ _TOPIC_DEFS: list[ConfigDef] = [
     _t("follower.replication.throttled.replicas", "list", "",
        "Replicas whose follower-side replication is throttled: partitionId:brokerId pairs or *.",
        ThrottledReplicasValidator()),
+    # Confluent Server's broker-side schema validation (registry/validation.py).
+    _t("confluent.key.schema.validation", "boolean", False,
+       "Refuse produced records whose key carries no schema id registered for the key subject."),
+    _t("confluent.value.schema.validation", "boolean", False,
+       "Refuse produced records whose value carries no schema id registered for the value subject."),
+    _t("confluent.key.subject.name.strategy", "string", "io.confluent.kafka.serializers.subject.TopicNameStrategy",
+       "Subject of a key schema: TopicNameStrategy, RecordNameStrategy or TopicRecordNameStrategy.",
+       ValidString(SUBJECT_STRATEGIES)),
+    _t("confluent.value.subject.name.strategy", "string", "io.confluent.kafka.serializers.subject.TopicNameStrategy",
+       "Subject of a value schema: TopicNameStrategy, RecordNameStrategy or TopicRecordNameStrategy.",
+       ValidString(SUBJECT_STRATEGIES)),
     _t("remote.storage.enable", "boolean", False, "Tiered storage for the topic (not supported by kbroker).",
        MustBeFalse("tiered storage is not supported by kbroker")),
 ]

@@ -7,7 +7,9 @@ header and the bytes are appended as they came. Undecodable records -> CORRUPT_M
 codec, payload that does not decompress or decompresses past the cap) or INVALID_RECORD (framing,
 record count, offset deltas); a compacted topic refuses keyless records with INVALID_RECORD and
 ``record_errors`` (v8+: batch index and message per keyless record). Nothing of a failed batch
-is stored.
+is stored. A topic with ``confluent.key/value.schema.validation`` refuses a batch holding a record
+without a schema id registered for its subject with INVALID_RECORD and ``record_errors``
+(broker/schema_registry_bridge.py, registry/validation.py).
 Errors are per partition, as in Kafka: unknown topic/partition -> UNKNOWN_TOPIC_OR_PARTITION,
 internal topics -> INVALID_TOPIC_EXCEPTION, CRC mismatch or broken structure -> CORRUPT_MESSAGE
 (nothing stored), magic < 2 -> UNSUPPORTED_FOR_MESSAGE_FORMAT, more than one batch, control
@@ -133,6 +135,7 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
             request.transactional_id
             and ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)):
         return _all_failed(request, v, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    validated = ctx.services.schemas.validated  # topics with schema validation (usually empty)
     names = {td.name for td in request.topic_data}
     denied = names - ctx.authorized(AclOperation.WRITE, ResourceType.TOPIC, names)
     failed = False
@@ -167,6 +170,13 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
                                                          "insufficient to satisfy the min.isr requirement")
                 elif isinstance(verdict := verdicts.get(part), TxnRefusal):
                     outcome_code, base, lat, lso, msg = verdict.error, -1, -1, -1, verdict.message
+                elif validated and name in validated and (refused := await ctx.services.schemas.check_batch(
+                        name, validated[name], pd.records)) is not None:
+                    # confluent.*.schema.validation: nothing of a batch with a bad record is stored.
+                    outcome_code, base, lat, lso, msg = ErrorCode.INVALID_RECORD, -1, -1, -1, refused[0]
+                    if v >= 8:
+                        record_errors = [RecordError(version=v, batch_index=i, batch_index_error_message=m)
+                                         for i, m in refused[1]]
                 else:
                     o = await rm.appends.append_client(part, pd.records, verification_guard=verdict)
                     outcome_code, base, lat, lso, msg = o.error, o.base_offset, o.log_append_time, o.log_start_offset, o.message

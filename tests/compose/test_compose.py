@@ -14,7 +14,11 @@ under docker-compose.hostnet.yml so that every container stays on loopback. Issu
 - one broker container killed (SIGKILL) while a producer and a group consumer run: both carry on
   (acks=all still satisfied by the two replicas left in the ISR), the ISR shrinks to the live brokers;
   the container started again rejoins the ISR of every partition (Metadata);
-- `down` then `up`: every record is still there (named volumes);
+- the Schema Registry on every broker (localhost:8081, 8082, 8083, issue 30): an Avro schema registered
+  through one broker is served by all three; an AvroSerializer producer writes through it to a topic
+  with ``confluent.value.schema.validation=true`` (raw bytes are refused with INVALID_RECORD) and an
+  AvroDeserializer reading through another broker gets the records back;
+- `down` then `up`: every record is still there (named volumes), and so is the schema;
 - everything the test created (containers, volumes, networks of its compose project) is removed at
   the end; the images stay cached for the next run.
 
@@ -233,6 +237,71 @@ def _consume_all(topic: str, expected: int, deadline_s: float = 180) -> list[str
     return values
 
 
+REGISTRIES = {1: "http://localhost:8081", 2: "http://localhost:8082", 3: "http://localhost:8083"}
+AVRO_SCHEMA = ('{"type":"record","name":"Order","namespace":"compose",'
+               '"fields":[{"name":"id","type":"int"},{"name":"item","type":"string"}]}')
+
+
+def _registry_get(node: int, path: str) -> Any:
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(REGISTRIES[node] + path, timeout=20) as resp:
+        return json.loads(resp.read())
+
+
+def _schema_registry(topic: str, count: int) -> None:
+    """Register through kbroker-2's registry, produce Avro to a validated topic, read through kbroker-3's."""
+    from confluent_kafka import KafkaError, Producer
+    from confluent_kafka.admin import NewTopic
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    for node in REGISTRIES:
+        _wait_until(lambda n=node: _registry_get(n, "/subjects") is not None, f"the registry of kbroker-{node}")
+    admin = _admin()
+    admin.create_topics([NewTopic(topic, 3, 3, config={"confluent.value.schema.validation": "true"})])[topic].result(60)
+    _wait_isr(topic, {1, 2, 3}, partitions=3)
+    ser = AvroSerializer(SchemaRegistryClient({"url": REGISTRIES[2]}), AVRO_SCHEMA)
+    producer = _producer()
+    errors: list[object] = []
+    for i in range(count):
+        value = ser({"id": i, "item": f"item-{i}"}, SerializationContext(topic, MessageField.VALUE))
+        producer.produce(topic, value=value, on_delivery=lambda err, _msg: err and errors.append(err))
+    assert producer.flush(200) == 0 and errors == [], errors[:5]
+    latest = _registry_get(2, f"/subjects/{topic}-value/versions/latest")
+    for node in REGISTRIES:
+        _wait_until(lambda n=node: _registry_get(n, f"/subjects/{topic}-value/versions/latest") == latest,
+                    f"the schema on kbroker-{node}'s registry")
+    refused: list[object] = []
+    raw = Producer({"bootstrap.servers": BOOTSTRAP, "retries": 0, "enable.idempotence": False})
+    raw.produce(topic, value=b"not avro", on_delivery=lambda err, _msg: refused.append(err))
+    raw.flush(60)
+    assert [e.code() for e in refused] == [KafkaError.INVALID_RECORD], refused
+    _assert_avro_readable(topic, count)
+
+
+def _assert_avro_readable(topic: str, count: int) -> None:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    de = AvroDeserializer(SchemaRegistryClient({"url": REGISTRIES[3]}))
+    consumer = _consumer()
+    consumer.subscribe([topic])
+    got: list[dict] = []
+    t0 = time.monotonic()
+    try:
+        while len(got) < count and time.monotonic() - t0 < 180:
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                got.append(de(msg.value(), SerializationContext(topic, MessageField.VALUE)))
+    finally:
+        consumer.close()
+    assert sorted(got, key=lambda v: v["id"]) == [{"id": i, "item": f"item-{i}"} for i in range(count)]
+
+
 def _kcat(*args: str, stdin: str | None = None) -> str:
     out = subprocess.run(["kcat", "-b", BOOTSTRAP, *args], input=stdin, capture_output=True, text=True,
                          timeout=180)
@@ -389,6 +458,9 @@ def test_compose_cluster(engine_env: dict[str, str]) -> None:
             got = _kcat("-C", "-t", kcat_topic, "-o", "beginning", "-e", "-q").split()
             assert got == [f"line{i}" for i in range(50)]
 
+        with phase("schema registry: register, validated produce, read through another broker"):
+            _schema_registry("compose-avro", RECORDS)
+
         with phase("txn: 10,000 input records produced"):
             _create_topic("ctp-in", 3)
             _create_topic("ctp-out", 3)
@@ -424,6 +496,8 @@ def test_compose_cluster(engine_env: dict[str, str]) -> None:
                                                  for i in range(KILL_RECORDS))
             out = _consume_all("ctp-out", TXN_RECORDS)
             assert len(out) == TXN_RECORDS and sorted(out) == sorted(f"T{i}" for i in range(TXN_RECORDS))
+            _wait_until(lambda: _registry_get(1, "/subjects") == ["compose-avro-value"], "the schema after up")
+            _assert_avro_readable("compose-avro", RECORDS)
     finally:
         with phase("down -v (cleanup)"):
             subprocess.run([*COMPOSE, "stop", *SERVICES], cwd=REPO_ROOT, env=env, capture_output=True, timeout=300)

@@ -32,7 +32,8 @@ ALLOWED = {
     *((s, ("image",)) for s in ("etcd", *BROKERS, "prometheus", "grafana")),
     *((s, ("environment", var)) for s in BROKERS for var in (
         "KBROKER_LISTENERS", "KBROKER_ADVERTISED_LISTENERS", "KBROKER_KBROKER_ETCD_ENDPOINTS",
-        "KBROKER_KBROKER_PROMETHEUS_LISTENER")),
+        "KBROKER_KBROKER_PROMETHEUS_LISTENER", "KBROKER_KBROKER_SCHEMA_REGISTRY_LISTENER",
+        "KBROKER_KBROKER_SCHEMA_REGISTRY_ADVERTISED_LISTENER")),
     ("etcd", ("command",)),               # its listen / advertise URLs (checked below)
     ("prometheus", ("command",)),         # --web.listen-address
     ("prometheus", ("volumes",)),         # the scrape targets: the brokers' metrics addresses
@@ -123,7 +124,11 @@ def test_hostnet_override_changes_only_networking() -> None:
     for n, svc in enumerate(BROKERS, 1):
         adv = services[svc]["environment"]["KBROKER_ADVERTISED_LISTENERS"]
         assert adv.split(",")[0] == f"EXTERNAL://localhost:{n}9092"
-        assert base["services"][svc]["ports"] == [f"127.0.0.1:{n}9092:9092"]
+        assert base["services"][svc]["ports"] == [f"127.0.0.1:{n}9092:9092", f"127.0.0.1:808{n}:8081"]
+        # The Schema Registry on localhost:8081/8082/8083, the same URLs as the published ports.
+        env = services[svc]["environment"]
+        assert env["KBROKER_KBROKER_SCHEMA_REGISTRY_LISTENER"] == f"http://127.0.0.1:808{n}"
+        assert env["KBROKER_KBROKER_SCHEMA_REGISTRY_ADVERTISED_LISTENER"] == f"http://127.0.0.1:808{n}"
     assert ("services", "kbroker-1", "environment", "KBROKER_LISTENERS") in diffs
 
 
@@ -144,6 +149,8 @@ def test_base_file_defaults() -> None:
         assert env["KBROKER_TRANSACTION_STATE_LOG_MIN_ISR"] == 2
         assert env["KBROKER_INTER_BROKER_LISTENER_NAME"] == "INTERNAL"
         assert env["KBROKER_KBROKER_ETCD_ENDPOINTS"] == "http://etcd:2379"
+        assert env["KBROKER_KBROKER_SCHEMA_REGISTRY_LISTENER"] == "http://0.0.0.0:8081"
+        assert env["KBROKER_KBROKER_SCHEMA_REGISTRY_ADVERTISED_LISTENER"] == f"http://{s}:8081"
         assert services[s]["init"] is True
     assert services["prometheus"]["profiles"] == ["monitoring"] == services["grafana"]["profiles"]
 
@@ -169,3 +176,18 @@ def test_podman_compose_config_agrees() -> None:
     merged = _config(BASE, OVERRIDE)
     assert set(base["services"]) == {"etcd", *BROKERS, "prometheus", "grafana"}
     _check(base, merged)
+
+
+def test_image_gets_every_package() -> None:
+    """The Dockerfile copies (and pre-creates for its dependency layer) every package pyproject.toml
+    installs: a package left out would be missing from the image."""
+    import re
+
+    pyproject = (REPO_ROOT / "pyproject.toml").read_text()
+    include = re.search(r"include = \[([^\]]*)\]", pyproject)
+    assert include is not None
+    packages = {p.strip().strip('"').rstrip("*") for p in include.group(1).split(",")}
+    dockerfile = (REPO_ROOT / "Dockerfile").read_text()
+    for pkg in packages:
+        assert f"COPY {pkg} /src/{pkg}" in dockerfile, pkg
+        assert re.search(rf"for p in [^;]*\b{pkg}\b", dockerfile), pkg
