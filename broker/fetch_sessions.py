@@ -25,6 +25,7 @@ sessions idle for ``min.incremental.fetch.session.eviction.ms`` and favours larg
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -77,12 +78,20 @@ class CachedPartition:
         return respond
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, weakref_slot=True, eq=False)
 class FetchSession:
+    """A follower's session. ``dirty``: the partitions that may have news for the follower since
+    its last answered fetch (marked by the partitions themselves, broker.partition.Partition), so an
+    incremental fetch looks only at those and the ones it names, not at every session partition;
+    ``waiter``: the long poll of the fetch in flight, ended by news of any session partition."""
+
     id: int
     replica: int
     epoch: int  # the epoch the next incremental request must carry
     partitions: OrderedDict[tuple[str, int], CachedPartition] = field(default_factory=OrderedDict)
+    dirty: set[tuple[str, int]] = field(default_factory=set)
+    waiter: asyncio.Future[None] | None = None
+    last_fetch_ms: int = 0  # when the follower last fetched in this session
 
     def update(self, key: tuple[str, int], cp: CachedPartition) -> None:
         """Add a partition or refresh its fetch state (the cached response figures stay)."""
@@ -95,9 +104,20 @@ class FetchSession:
         old.follower_log_start = cp.follower_log_start
         old.topic_id = cp.topic_id
 
+    def forget(self, key: tuple[str, int]) -> None:
+        self.partitions.pop(key, None)
+        self.dirty.discard(key)
+
     def move_to_end(self, key: tuple[str, int]) -> None:
         if key in self.partitions:
             self.partitions.move_to_end(key)
+
+    def mark(self, key: tuple[str, int], *, wake: bool) -> None:
+        """``key`` may have news for the follower; ``wake``: end the long poll in flight too (not
+        for a high watermark that moved alone: the follower learns it with its next data)."""
+        self.dirty.add(key)
+        if wake and self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
 
 
 class FetchSessionCache:

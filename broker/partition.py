@@ -10,11 +10,13 @@ followers' fetches (broker.replication.high_watermark), a follower learns it fro
 from __future__ import annotations
 
 import asyncio
+import weakref
 from typing import TYPE_CHECKING
 
 from storage.partition_log import PartitionLog
 
 if TYPE_CHECKING:
+    from broker.fetch_sessions import FetchSession
     from broker.replication.leader import LeaderState
     from storage.log import Log
 
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
 class Partition:
     __slots__ = ("topic", "index", "plog", "log", "producer_state", "leader_epoch", "_waiters", "_log_waiters",
                  "max_message_bytes", "flush_task", "flush_waiters", "flush_up_to", "replicated", "hw",
-                 "leader_state")
+                 "leader_state", "sessions")
 
     def __init__(self, topic: str, index: int, log: Log, leader_epoch: int, max_message_bytes: int, *,
                  replicated: bool = False) -> None:
@@ -45,6 +47,9 @@ class Partition:
         # learns the real value from its leader's fetch answers (or, leading, from its followers).
         self.hw = log.log_start_offset
         self.leader_state: LeaderState | None = None
+        # Followers' fetch sessions caching this partition (broker.fetch_sessions): told of its news
+        # so that an incremental fetch need not look at every partition of its session.
+        self.sessions: weakref.WeakSet[FetchSession] | None = None
 
     @property
     def high_watermark(self) -> int:
@@ -71,9 +76,30 @@ class Partition:
         self._waiters.discard(fut)
         self._log_waiters.discard(fut)
 
+    def watch(self, session: FetchSession) -> None:
+        if self.sessions is None:
+            self.sessions = weakref.WeakSet()
+        self.sessions.add(session)
+
+    def tell_sessions(self, *, wake: bool) -> None:
+        """Mark this partition in the fetch sessions caching it (see FetchSession.mark). On the
+        leader, a follower whose session left the partition out as settled (at the log end) was
+        caught up as of that session's last fetch: recorded now, before an append moves the log
+        end, as Kafka records it at every fetch (Replica.updateFetchState)."""
+        key = (self.topic, self.index)
+        ls = self.leader_state
+        for s in list(self.sessions or ()):
+            if ls is not None and key not in s.dirty:
+                fs = ls.followers.get(s.replica)
+                if fs is not None and fs.last_caught_up_ms < s.last_fetch_ms:
+                    fs.last_caught_up_ms = s.last_fetch_ms
+            s.mark(key, wake=wake)
+
     def wake_waiters(self, *, hw_only: bool = False) -> None:
         """Wake parked fetches: all of them, or with ``hw_only`` (only the high watermark moved)
-        those that read up to it."""
+        those that read up to it; and tell the fetch sessions caching the partition."""
+        if self.sessions:
+            self.tell_sessions(wake=not hw_only)
         for waiters in (self._waiters,) if hw_only else (self._waiters, self._log_waiters):
             if waiters:
                 for fut in waiters:

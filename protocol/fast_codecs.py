@@ -256,3 +256,105 @@ def encode_fetch_response(version: int, error_code: int, session_id: int,
             head += b"\0"  # top-level tagged fields
     out.append(bytes(head))
     return out
+
+
+# --- FetchResponse, decoded (a follower's fetcher) ------------------------------------------------
+
+
+@dataclass(slots=True)
+class DivergingEpoch:
+    epoch: int
+    end_offset: int
+
+
+@dataclass(slots=True)
+class FetchPartitionIn:
+    """One partition of a decoded FetchResponse, with kafka-python's attribute names (the fetcher
+    reads either); ``records`` is a memoryview into the response frame, not a copy."""
+
+    partition_index: int
+    error_code: int
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    aborted_transactions: list[tuple[int, int]] | None
+    records: memoryview | None
+    diverging_epoch: DivergingEpoch | None = None
+    current_leader: tuple[int, int] | None = None
+
+
+@dataclass(slots=True)
+class FetchTopicIn:
+    topic: str
+    partitions: list[FetchPartitionIn]
+
+
+@dataclass(slots=True)
+class FetchResponseIn:
+    throttle_time_ms: int
+    error_code: int
+    session_id: int
+    responses: list[FetchTopicIn]
+
+
+_FETCH_HEAD_IN = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id
+_PART_HEAD_IN = struct.Struct(">ihqqq")
+_DIVERGING = struct.Struct(">iq")
+_LEADER = struct.Struct(">ii")
+
+
+def decode_fetch_response(body: memoryview, version: int) -> FetchResponseIn:
+    """FetchResponse v12 (what kbroker's follower fetchers send, by topic name) without copying
+    the records. Other versions are left to kafka-python's codec."""
+    if version != 12:
+        raise DecodeError(f"decode_fetch_response handles v12, not v{version}")
+    try:
+        return _decode_fetch_v12(body)
+    except (IndexError, struct.error) as e:
+        raise DecodeError(f"truncated FetchResponse v12: {e}") from None
+
+
+def _decode_fetch_v12(buf: memoryview) -> FetchResponseIn:
+    throttle, error, session = _FETCH_HEAD_IN.unpack_from(buf, 0)
+    pos = _FETCH_HEAD_IN.size
+    n_topics, pos = _uvarint(buf, pos)
+    topics = []
+    for _ in range(n_topics - 1):
+        n, pos = _uvarint(buf, pos)
+        name = bytes(buf[pos:pos + n - 1]).decode()
+        pos += n - 1
+        n_parts, pos = _uvarint(buf, pos)
+        parts = []
+        for _ in range(n_parts - 1):
+            index, code, hw, lso, log_start = _PART_HEAD_IN.unpack_from(buf, pos)
+            pos += _PART_HEAD_IN.size
+            n_aborted, pos = _uvarint(buf, pos)
+            aborted = None
+            if n_aborted:
+                aborted = []
+                for _ in range(n_aborted - 1):
+                    aborted.append(_ABORTED.unpack_from(buf, pos))
+                    pos = _skip_tags(buf, pos + _ABORTED.size)
+            pos += 4  # preferred_read_replica
+            size, pos = _uvarint(buf, pos)
+            records = None
+            if size:
+                records = buf[pos:pos + size - 1]
+                if len(records) != size - 1:
+                    raise DecodeError("records past the end of the response")
+                pos += size - 1
+            p = FetchPartitionIn(index, code, hw, lso, log_start, aborted, records)
+            n_tags, pos = _uvarint(buf, pos)
+            for _ in range(n_tags):
+                tag, pos = _uvarint(buf, pos)
+                tag_size, pos = _uvarint(buf, pos)
+                if tag == 0:
+                    p.diverging_epoch = DivergingEpoch(*_DIVERGING.unpack_from(buf, pos))
+                elif tag == 1:
+                    p.current_leader = _LEADER.unpack_from(buf, pos)
+                pos += tag_size
+            parts.append(p)
+        pos = _skip_tags(buf, pos)  # topic tagged fields
+        topics.append(FetchTopicIn(name, parts))
+    _skip_tags(buf, pos)  # top-level tagged fields (node endpoints)
+    return FetchResponseIn(throttle, error, session, topics)

@@ -151,57 +151,82 @@ def _update_session(ctx: RequestContext, request, session: FetchSession) -> None
     """Apply a request's partitions (added or changed) and forgotten partitions to its session."""
     md = ctx.metadata
     use_ids = ctx.api_version >= 13
+    partitions = ctx.partitions
     for f in request.forgotten_topics_data or ():
         name = _topic_name(md, f, use_ids)
         for index in f.partitions:
-            session.partitions.pop((name, index), None)
+            session.forget((name, index))
     for t in request.topics:
         name = _topic_name(md, t, use_ids)
         if name is None:
             continue  # answered UNKNOWN_TOPIC_ID by _session_items' extra list, never cached
         for p in t.partitions:
-            session.update((name, p.partition), CachedPartition(
+            key = (name, p.partition)
+            session.update(key, CachedPartition(
                 name, getattr(t, "topic_id", None), p.partition, p.fetch_offset, p.partition_max_bytes,
                 p.current_leader_epoch, getattr(p, "last_fetched_epoch", -1), getattr(p, "log_start_offset", -1)))
+            part = partitions.get(*key)
+            if part is not None:
+                part.watch(session)
 
 
-def _session_items(ctx: RequestContext, request, session: FetchSession, replica: int, quiet: list[Partition] | None,
-                   ) -> list[_Item]:
-    """The partitions of the session (in its order) to read. With ``quiet`` (an incremental fetch),
-    partitions this request does not name that have nothing new for the follower are left out and
-    appended to ``quiet`` instead: the follower is at the log end, and the high watermark and log
-    start are those it was last told, and the follower is in the ISR (else every fetch goes the
-    full way, which retries the ISR expansion). Their fetch is still recorded (the caught-up time
-    the ISR check reads), cheaply, since the follower's log end offset is unchanged. A follower of the
-    internal topics has 100 and more partitions in its session, and each replicated write wakes
-    its fetch several times, so this per-fetch work is what the leader's CPU goes to."""
+def _session_items(ctx: RequestContext, request, session: FetchSession, incremental: bool) -> list[_Item]:
+    """The session partitions to read, in session order: all of them for a full fetch; for an
+    incremental one only those the request names and those marked as possibly having news since
+    the last answer (FetchSession.dirty, marked by the partitions: appends, a moved high watermark
+    or log start, role changes, deletion). The rest are settled (the follower is at the log end
+    and was told the current high watermark and log start) and cost nothing per fetch, so a
+    session of thousands of idle partitions answers as fast as one of a few: this per-fetch work
+    is where a leader's CPU went before."""
     may_read = _may_read(ctx, request)
     use_ids = ctx.api_version >= 13
+    cached = session.partitions
+    if incremental:
+        wanted = {(t.topic, p.partition) for t in request.topics for p in t.partitions} | session.dirty
+        if len(wanted) * 4 < len(cached):  # few: skip the walk in session order
+            keys = [k for k in wanted if k in cached]
+        else:
+            keys = [k for k in cached if k in wanted]
+    else:
+        keys = list(cached)
     items = []
-    fast = quiet is not None and not use_ids and may_read("") and not ctx.metadata.fenced()
-    if fast:
-        md = ctx.metadata
-        me = ctx.node_id
-        partitions = ctx.partitions.partitions
-        named = {(t.topic, p.partition) for t in request.topics for p in t.partitions}
-        now_ms = int(time.time() * 1000)
-    for key, cp in session.partitions.items():
-        if fast and key not in named:
-            part = partitions.get(key)
-            ls = part.leader_state if part is not None else None
-            if ls is not None:
-                lg = part.log
-                leo = lg.log_end_offset
-                fs = ls.followers.get(replica)
-                if (fs is not None and fs.leo == cp.fetch_offset == leo and cp.hw == part.high_watermark
-                        and cp.log_start == lg.log_start_offset and cp.leader_epoch in (-1, part.leader_epoch)
-                        and md.leader(*key) == me and replica in md.isr(*key)):
-                    ls.record_fetch(replica, cp.fetch_offset, leo, now_ms, cp.follower_log_start)
-                    quiet.append(part)
-                    continue
+    for key in keys:
+        cp = cached[key]
         items.append(_item(ctx, may_read, use_ids, cp.topic, cp.topic_id, cp.index, cp.fetch_offset, cp.max_bytes,
                            cp.leader_epoch, cp.last_fetched_epoch, cp.follower_log_start))
     return items
+
+
+def _settle(ctx: RequestContext, session: FetchSession, items: list[_Item]) -> None:
+    """After an answer: the read partitions with nothing more for the follower leave the dirty set
+    (Kafka's quiet partitions of an incremental fetch): it is at the log end, was told the high
+    watermark and log start, and is in the ISR (else every fetch looks at it, which retries the ISR
+    expansion). The others stay marked, to be looked at again on the next fetch."""
+    md = ctx.metadata
+    fenced = md.fenced()
+    me = ctx.node_id
+    replica = session.replica
+    dirty = session.dirty
+    for it in items:
+        key = (it.topic, it.index)
+        part = it.part
+        cp = session.partitions.get(key)
+        if cp is None:
+            continue
+        if part is None or it.error or fenced:
+            dirty.add(key)  # looked at again until it answers normally
+            continue
+        part.watch(session)  # (again, for a partition created or recreated after the session named it)
+        ls = part.leader_state
+        fs = ls.followers.get(replica) if ls is not None else None
+        lg = part.log
+        leo = lg.log_end_offset
+        if (fs is not None and fs.leo == cp.fetch_offset == leo and cp.hw == part.high_watermark
+                and cp.log_start == lg.log_start_offset and cp.leader_epoch in (-1, part.leader_epoch)
+                and md.leader(*key) == me and replica in md.isr(*key)):
+            dirty.discard(key)
+        else:
+            dirty.add(key)
 
 
 def _session_response(session: FetchSession, items: list[_Item], results: list[_Result],
@@ -288,15 +313,12 @@ async def handle_fetch(ctx: RequestContext, request) -> RawResponse:
     if session is not None:
         _update_session(ctx, request, session)
 
-    quiet: list[Partition] = []  # incremental: session partitions left out as having nothing new
-
     def resolve() -> list[_Item]:
         if session is None:
             return _resolve(ctx, request)
-        quiet.clear()
         # Partitions whose topic id is unknown are answered (with the error) but never cached.
         extra = [it for it in _resolve(ctx, request) if it.topic is None] if v >= 13 else []
-        return _session_items(ctx, request, session, replica, quiet if incremental else None) + extra
+        return _session_items(ctx, request, session, incremental) + extra
 
     items = resolve()
     isolation = request.isolation_level
@@ -307,13 +329,16 @@ async def handle_fetch(ctx: RequestContext, request) -> RawResponse:
     if total < request.min_bytes and request.max_wait_ms > 0 and not errors:
         loop = asyncio.get_running_loop()
         deadline = time.monotonic() + request.max_wait_ms / 1000
-        # The whole session waits: an append to a quiet partition ends the long poll too.
-        parts = [it.part for it in items if it.part is not None] + quiet
+        parts = [it.part for it in items if it.part is not None] if session is None else []
         while total < request.min_bytes:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
             fut: asyncio.Future[None] = loop.create_future()
+            if session is not None:
+                # The whole session waits: news of any of its partitions ends the long poll
+                # (FetchSession.mark; not a high watermark that moved alone).
+                session.waiter = fut
             for p in parts:
                 # A follower is not woken by a high watermark that moved alone (Partition.add_waiter).
                 p.add_waiter(fut, log_only=follower)
@@ -322,6 +347,8 @@ async def handle_fetch(ctx: RequestContext, request) -> RawResponse:
             except TimeoutError:
                 pass
             finally:
+                if session is not None and session.waiter is fut:
+                    session.waiter = None
                 for p in parts:
                     p.remove_waiter(fut)
             items = resolve()
@@ -331,7 +358,10 @@ async def handle_fetch(ctx: RequestContext, request) -> RawResponse:
     _count_bytes_out(ctx, request, items, results)
     if session is None:
         return _build_response(ctx, v, items, results, 0)
+    session.last_fetch_ms = int(time.time() * 1000)
+    read_items = items
     items, results = _session_response(session, items, results, incremental)
+    _settle(ctx, session, read_items)
     if incremental:
         session.epoch = next_epoch(session.epoch)
     return _build_response(ctx, v, items, results, session.id)

@@ -37,7 +37,7 @@ import contextlib
 import logging
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from kafka.protocol.consumer import FetchRequest
 
@@ -48,10 +48,13 @@ from broker.replication.env import ReplicaEnv
 from broker.replication.truncation import truncation_offset
 from protocol.client import ProtocolClient
 from protocol.errors import ErrorCode
+from protocol.fast_codecs import decode_fetch_response
 
 log = logging.getLogger("broker.replication.fetcher")
 
 FETCH_VERSION = 12
+# Every partition's fetch state is compared with the session's this often (see ReplicaFetcher._changed).
+FULL_CHECK_S = 5.0
 STOP_WAIT_S = 5.0
 _T = FetchRequest.FetchTopic
 _P = FetchRequest.FetchTopic.FetchPartition
@@ -87,25 +90,21 @@ class ReplicaFetcherManager:
         fkey = (leader, fetcher_id(part.topic, part.index, n))
         current = self._of.get(key)
         if current is not None and current.key == fkey:
-            current.partitions[key] = part
-            current.delay.pop(key, None)
-            current.wake()
+            current.put(key, part)
             return
         self.remove(part)
         f = self.fetchers.get(fkey)
         if f is None:
             f = self.fetchers[fkey] = ReplicaFetcher(self, leader, fkey[1])
             f.start()
-        f.partitions[key] = part
+        f.put(key, part)
         self._of[key] = f
-        f.wake()
 
     def remove(self, part: Partition) -> None:
         key = (part.topic, part.index)
         f = self._of.pop(key, None)
         if f is not None:
-            f.partitions.pop(key, None)
-            f.delay.pop(key, None)
+            f.drop(key)
 
     async def stop(self) -> None:
         self._stopped = True
@@ -129,6 +128,13 @@ class ReplicaFetcher:
         self.key = (leader, fid)
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.delay: dict[tuple[str, int], float] = {}  # partition -> monotonic time to fetch again
+        # Partitions whose fetch state may have changed since the last request (appended, truncated,
+        # added, back from a delay): an incremental fetch builds its request from these, not from
+        # every partition, so thousands of idle partitions cost nothing per fetch. Anything this
+        # misses (a log start moved by the follower's own retention) is caught by a full check of
+        # every partition's state every FULL_CHECK_S.
+        self._changed: set[tuple[str, int]] = set()
+        self._next_full_check = 0.0
         self._client: ProtocolClient | None = None
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -139,7 +145,28 @@ class ReplicaFetcher:
         self._session_id = 0
         self._session_epoch = INITIAL_EPOCH
         self._session_state: dict[tuple[str, int], tuple[int, int, int, int, int]] = {}
-        self._pending_state: dict[tuple[str, int], tuple[int, int, int, int, int]] = {}
+        # What the request in flight changes in it: a full fetch replaces it, an incremental one
+        # updates the named partitions and drops the forgotten ones.
+        self._pending_full: dict[tuple[str, int], tuple[int, int, int, int, int]] | None = None
+        self._pending_changes: dict[tuple[str, int], tuple[int, int, int, int, int]] = {}
+        self._pending_forgotten: list[tuple[str, int]] = []
+
+    def put(self, key: tuple[str, int], part: Partition) -> None:
+        """Fetch ``part`` (new here, or its leader epoch changed)."""
+        self.partitions[key] = part
+        self.delay.pop(key, None)
+        self._changed.add(key)
+        self.wake()
+
+    def drop(self, key: tuple[str, int]) -> None:
+        self.partitions.pop(key, None)
+        self.delay.pop(key, None)
+        self._changed.add(key)  # forgotten by the next incremental fetch
+
+    def _hold(self, key: tuple[str, int]) -> None:
+        """Back off one partition: out of the fetches (forgotten in the session) until the delay ends."""
+        self.delay[key] = time.monotonic() + self._backoff_s()
+        self._changed.add(key)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{self.leader}-{self.key[1]}")
@@ -188,10 +215,13 @@ class ReplicaFetcher:
     async def _run(self) -> None:
         while not self._stopping:
             now = time.monotonic()
-            ready = [p for k, p in self.partitions.items() if self.delay.get(k, 0) <= now]
-            if not ready:
+            if self.delay:
+                for k in [k for k, t in self.delay.items() if t <= now]:
+                    del self.delay[k]
+                    self._changed.add(k)
+            if len(self.partitions) <= len(self.delay):  # nothing to fetch now
                 self._wake.clear()
-                wait = min((t for k, t in self.delay.items() if k in self.partitions), default=now + 1) - now
+                wait = min(self.delay.values(), default=now + 1) - now
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), max(wait, 0.01))
                 continue
@@ -200,9 +230,10 @@ class ReplicaFetcher:
                 if client is None:
                     await self._sleep_backoff()
                     continue
-                request = self._build(ready)
+                request = self._build(now)
                 wait_ms = self.manager._setting("replica.fetch.wait.max.ms", 500)
-                response = await asyncio.wait_for(client.request(request, FETCH_VERSION), wait_ms / 1000 + 30)
+                response = await asyncio.wait_for(client.request(request, FETCH_VERSION, decode=decode_fetch_response),
+                                                  wait_ms / 1000 + 30)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # connection refused or lost, timeout: the leader may be gone
@@ -225,30 +256,45 @@ class ReplicaFetcher:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._wake.wait(), self._backoff_s())
 
-    def _build(self, parts: list[Partition]) -> FetchRequest:
+    def _state(self, part: Partition, max_bytes: int) -> tuple[int, int, int, int, int]:
+        lg = part.log
+        return lg.log_end_offset, lg.log_start_offset, part.leader_epoch, lg.latest_epoch, max_bytes
+
+    def _build(self, now: float) -> FetchRequest:
         m = self.manager
         per_partition = m._setting("replica.fetch.max.bytes", 1048576)
-        state: dict[tuple[str, int], tuple[int, int, int, int, int]] = {}
-        for p in parts:
-            lg = p.log
-            state[(p.topic, p.index)] = (lg.log_end_offset, lg.log_start_offset, p.leader_epoch, lg.latest_epoch,
-                                         per_partition)
         full = self._session_epoch == INITIAL_EPOCH
         sent = self._session_state
+        delay = self.delay
+        named: dict[tuple[str, int], tuple[int, int, int, int, int]] = {}
+        forgotten: list[tuple[str, int]] = []
+        if full or now >= self._next_full_check:
+            self._next_full_check = now + FULL_CHECK_S
+            candidates: Iterable[tuple[str, int]] = set(self.partitions) | set(sent)
+        else:
+            candidates = self._changed
+        for key in candidates:
+            part = self.partitions.get(key)
+            if part is None or key in delay:
+                if not full and key in sent:
+                    forgotten.append(key)
+                continue
+            st = self._state(part, per_partition)
+            if full or sent.get(key) != st:
+                named[key] = st
+        self._changed = {k for k in self._changed if k in delay}  # the rest are in this request
+        self._pending_full = named if full else None
+        self._pending_changes = named
+        self._pending_forgotten = forgotten
         by_topic: dict[str, list] = {}
-        for (topic, index), st in state.items():
-            if full or sent.get((topic, index)) != st:
-                fetch_offset, log_start, leader_epoch, last_epoch, max_bytes = st
-                by_topic.setdefault(topic, []).append(_P(
-                    version=FETCH_VERSION, partition=index, current_leader_epoch=leader_epoch,
-                    fetch_offset=fetch_offset, last_fetched_epoch=last_epoch,
-                    log_start_offset=log_start, partition_max_bytes=max_bytes))
-        forgotten: dict[str, list[int]] = {}
-        if not full:
-            for topic, index in sent:
-                if (topic, index) not in state:
-                    forgotten.setdefault(topic, []).append(index)
-        self._pending_state = state
+        for (topic, index), (fetch_offset, log_start, leader_epoch, last_epoch, max_bytes) in named.items():
+            by_topic.setdefault(topic, []).append(_P(
+                version=FETCH_VERSION, partition=index, current_leader_epoch=leader_epoch,
+                fetch_offset=fetch_offset, last_fetched_epoch=last_epoch,
+                log_start_offset=log_start, partition_max_bytes=max_bytes))
+        by_forgotten: dict[str, list[int]] = {}
+        for topic, index in forgotten:
+            by_forgotten.setdefault(topic, []).append(index)
         return FetchRequest(
             version=FETCH_VERSION, replica_id=self.env.node_id,
             max_wait_ms=m._setting("replica.fetch.wait.max.ms", 500),
@@ -256,7 +302,7 @@ class ReplicaFetcher:
             max_bytes=m._setting("replica.fetch.response.max.bytes", 10485760),
             isolation_level=0, session_id=self._session_id, session_epoch=self._session_epoch,
             topics=[_T(version=FETCH_VERSION, topic=t, partitions=ps) for t, ps in by_topic.items()],
-            forgotten_topics_data=[_F(version=FETCH_VERSION, topic=t, partitions=ps) for t, ps in forgotten.items()],
+            forgotten_topics_data=[_F(version=FETCH_VERSION, topic=t, partitions=ps) for t, ps in by_forgotten.items()],
             rack_id="")
 
     def _session_answered(self, response) -> bool:
@@ -275,10 +321,12 @@ class ReplicaFetcher:
             self._session_id = response.session_id
             # Session id 0: the leader made none; keep sending full fetches asking for one.
             self._session_epoch = next_epoch(INITIAL_EPOCH) if self._session_id else INITIAL_EPOCH
-            self._session_state = self._pending_state if self._session_id else {}
+            self._session_state = (self._pending_full or {}) if self._session_id else {}
         else:
             self._session_epoch = next_epoch(self._session_epoch)
-            self._session_state = self._pending_state
+            self._session_state.update(self._pending_changes)
+            for key in self._pending_forgotten:
+                self._session_state.pop(key, None)
         return True
 
     async def _handle(self, response) -> None:
@@ -296,6 +344,7 @@ class ReplicaFetcher:
 
     async def _handle_partition(self, part: Partition, pr) -> None:
         key = (part.topic, part.index)
+        self._changed.add(key)  # appended, truncated or told a new log start: its fetch state moves
         code = ErrorCode(pr.error_code)
         lg = part.log
         if code == ErrorCode.NONE:
@@ -310,7 +359,7 @@ class ReplicaFetcher:
                 if (lg.log_end_offset, lg.latest_epoch) == before:
                     # Nothing changed: asking again at once would spin; the leader's view may
                     # still be settling (a new epoch), so back off.
-                    self.delay[key] = time.monotonic() + self._backoff_s()
+                    self._hold(key)
                 return
             records = pr.records
             if records:
@@ -328,8 +377,8 @@ class ReplicaFetcher:
                 log.info("%s-%d: fetch offset %d out of range on leader %d; truncating to the high watermark %d",
                          part.topic, part.index, lg.log_end_offset, self.leader, offset)
                 follower.truncate(part, offset)
-                self.delay[key] = time.monotonic() + self._backoff_s()
+                self._hold(key)
             return
         # Not (yet) the leader of this epoch, or gone: wait for metadata to catch up.
         log.debug("%s-%d: leader %d answered %s", part.topic, part.index, self.leader, code.name)
-        self.delay[key] = time.monotonic() + self._backoff_s()
+        self._hold(key)

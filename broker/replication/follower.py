@@ -20,8 +20,10 @@ from storage.partition_log import AppendOrigin
 log = logging.getLogger("broker.replication.follower")
 
 
-async def append_as_follower(part: Partition, records: bytes | bytearray) -> None:
-    buf = bytearray(records)
+async def append_as_follower(part: Partition, records: bytes | bytearray | memoryview) -> None:
+    """``records``: a fetch answer's record set (a view into the response frame: kept as is, the
+    batches are written from it without a copy)."""
+    buf = memoryview(records)
     try:
         headers = list(B.iter_headers(buf, check=True))
     except B.InvalidBatchError as e:

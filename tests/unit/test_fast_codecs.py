@@ -8,7 +8,13 @@ import pytest
 from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.producer import ProduceRequest
 
-from protocol.fast_codecs import DecodeError, FetchPartitionOut, decode_produce_request, encode_fetch_response
+from protocol.fast_codecs import (
+    DecodeError,
+    FetchPartitionOut,
+    decode_fetch_response,
+    decode_produce_request,
+    encode_fetch_response,
+)
 from storage.batch import build_batch
 
 BATCH = build_batch([(b"k", b"v" * 50)])
@@ -65,3 +71,31 @@ def test_fetch_encode_matches_kafka_python(version):
     assert ours == bytes(resp.encode(version=version))
     # The record bytes are passed through, not copied.
     assert any(c is BATCH for c in chunks)
+
+
+def test_fetch_v12_decode_agrees_with_kafka_python_and_keeps_records_in_place():
+    """A follower's fetch answer: decode_fetch_response reads what kafka-python reads, with the
+    records as views into the response buffer (not copies), and the tagged DivergingEpoch and
+    CurrentLeader fields."""
+    parts = [FetchPartitionOut(0, 0, 10, 8, 0, None, BATCH),
+             FetchPartitionOut(1, 6, -1, -1, -1, None, b"", current_leader=(3, 9)),
+             FetchPartitionOut(2, 0, 5, 5, 2, [(7, 3), (9, 4)], BATCH + BATCH, diverging_epoch=(4, 77))]
+    body = bytearray(b"".join(bytes(c) for c in encode_fetch_response(12, 0, 1234, [("topic-a", None, parts),
+                                                                                   ("b", None, parts[:1])])))
+    ours = decode_fetch_response(memoryview(body), 12)
+    theirs = FetchResponse.decode(bytes(body), version=12)
+    assert (ours.error_code, ours.session_id) == (theirs.error_code, theirs.session_id) == (0, 1234)
+    assert [t.topic for t in ours.responses] == [t.topic for t in theirs.responses] == ["topic-a", "b"]
+    for t_ours, t_theirs in zip(ours.responses, theirs.responses, strict=True):
+        for p, q in zip(t_ours.partitions, t_theirs.partitions, strict=True):
+            assert (p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset) == \
+                (q.partition_index, q.error_code, q.high_watermark, q.last_stable_offset, q.log_start_offset)
+            assert bytes(p.records or b"") == bytes(q.records or b"")
+            assert (p.aborted_transactions or []) == [(a.producer_id, a.first_offset)
+                                                      for a in q.aborted_transactions or []]
+    p0, p1, p2 = ours.responses[0].partitions
+    assert p0.records.obj is body  # a view into the frame
+    assert p1.current_leader == (3, 9) and p1.diverging_epoch is None
+    assert (p2.diverging_epoch.epoch, p2.diverging_epoch.end_offset) == (4, 77)
+    with pytest.raises(DecodeError):
+        decode_fetch_response(memoryview(body[:40]), 12)
