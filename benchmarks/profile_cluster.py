@@ -53,6 +53,9 @@ def _wait_isr(bootstrap: str, topic: str, deadline_s: float = 120) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workload", choices=("produce", "txn"), default="produce",
+                    help="txn: transactional commits (10 records over 4 partitions spread over the brokers)")
+    ap.add_argument("--seconds", type=float, default=15.0, help="txn: how long")
     ap.add_argument("--records", type=int, default=300_000)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--partitions", type=int, default=4)
@@ -81,7 +84,9 @@ def main() -> int:
                 _wait_isr(bs, "idle", 600)
                 print(f"created {args.idle_partitions} idle RF=3 partitions in {time.monotonic() - t0:.1f} s")
             topic = wl.unique("prof")
-            _create(bs, topic, args.partitions, [[1, 2, 3]] * args.partitions)
+            # produce: every partition led by broker 1; txn: leaders spread, as a client sees a cluster
+            _create(bs, topic, args.partitions, [[1, 2, 3]] * args.partitions if args.workload == "produce"
+                    else [[1 + (i + k) % 3 for k in range(3)] for i in range(args.partitions)])
             _wait_isr(bs, topic)
             wl.create_topic = lambda *_a, **_k: None  # made above, with its assignment
             pids = {n: b.proc.pid for n, b in cluster.brokers.items() if b.proc is not None}
@@ -91,21 +96,32 @@ def main() -> int:
             for s in spies.values():
                 s.start()
             cpu0 = {n: process_cpu(pid) or 0.0 for n, pid in pids.items()}
-            fig = wl.produce(bs, None, records=args.records, size=args.size, acks="all", topic=topic)
+            if args.workload == "produce":
+                fig = wl.produce(bs, None, records=args.records, size=args.size, acks="all", topic=topic)
+            else:
+                wl.unique = lambda _prefix, _u=wl.unique, _t=topic: _t if _prefix == "txn" else _u(_prefix)
+                fig = wl.transactions(bs, None, seconds=args.seconds, size=100)
             cpu1 = {n: process_cpu(pid) or 0.0 for n, pid in pids.items()}
             for s in spies.values():
                 s.stop()
         finally:
             cluster.stop()
             etcd.stop()
-    mb = args.records * args.size / 1e6
-    print(f"produce acks=all RF=3, {args.partitions} partitions led by broker 1: {fig['mb_per_s']:.1f} MB/s "
-          f"({fig['records_per_s']:.0f} records/s)")
-    for n in sorted(pids):
-        role = "leader" if n == 1 else "follower"
-        print(f"  broker {n} ({role}): {(cpu1[n] - cpu0[n]) * 1000 / mb:.2f} CPU-ms per MB")
+    if args.workload == "txn":
+        print(f"transactions, RF=3, {args.partitions} partitions with leaders spread: {fig['commits_per_s']:.1f} "
+              f"commits/s")
+        for n in sorted(pids):
+            print(f"  broker {n}: {(cpu1[n] - cpu0[n]) * 1000 / fig['commits']:.2f} CPU-ms per commit")
+    else:
+        mb = args.records * args.size / 1e6
+        print(f"produce acks=all RF=3, {args.partitions} partitions led by broker 1: {fig['mb_per_s']:.1f} MB/s "
+              f"({fig['records_per_s']:.0f} records/s)")
+        for n in sorted(pids):
+            role = "leader" if n == 1 else "follower"
+            print(f"  broker {n} ({role}): {(cpu1[n] - cpu0[n]) * 1000 / mb:.2f} CPU-ms per MB")
     for n, s in sorted(spies.items()):
-        print(render(summarise(load_folded(s.raw), args.top), f"broker {n} ({'leader' if n == 1 else 'follower'})"))
+        role = "" if args.workload == "txn" else f" ({'leader' if n == 1 else 'follower'})"
+        print(render(summarise(load_folded(s.raw), args.top), f"broker {n}{role}"))
     return 0
 
 

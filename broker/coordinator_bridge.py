@@ -49,7 +49,7 @@ class LocalPartitionAccess:
     def partition_exists(self, topic: str, partition: int) -> bool:
         return self.partitions.get(topic, partition) is not None
 
-    async def append(self, topic: str, partition: int, batch: bytes) -> int:
+    async def append(self, topic: str, partition: int, batch: bytes, *, replicated: bool = True) -> int:
         rm = self.partitions
         part, missing = rm.get_leader(topic, partition)
         if part is None:
@@ -59,7 +59,7 @@ class LocalPartitionAccess:
             raise KafkaError(short, f"{topic}-{partition}: the ISR is below min.insync.replicas")
         offset = rm.appends.append_coordinator(part, bytearray(batch))
         await log_flusher.flush_due([part])
-        if part.replicated:
+        if part.replicated and replicated:
             # Coordinator state counts once the ISR has it (Kafka appends it with acks=all).
             code = await rm.hw.wait_replicated(part, part.log.log_end_offset, self.write_timeout_s)
             if code != ErrorCode.NONE:

@@ -53,9 +53,11 @@ class PartitionAccess(Protocol):
 
     def partition_exists(self, topic: str, partition: int) -> bool: ...
 
-    async def append(self, topic: str, partition: int, batch: bytes) -> int:
+    async def append(self, topic: str, partition: int, batch: bytes, *, replicated: bool = True) -> int:
         """Append one coordinator-built batch (records or a control batch); returns its base offset.
-        Raises protocol.errors.KafkaError-like exceptions carrying ``code`` on failure."""
+        ``replicated`` False: return once appended, without waiting for the ISR (for a record whose
+        durability the next acknowledged write of the same partition implies). Raises
+        protocol.errors.KafkaError-like exceptions carrying ``code`` on failure."""
 
     def iter_batches(self, topic: str, partition: int, start_offset: int = 0) -> Iterator[tuple[BatchHeader, bytes]]:
         """Every batch of a local partition from ``start_offset``, for replaying coordinator state."""

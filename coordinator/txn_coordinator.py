@@ -248,8 +248,10 @@ class TransactionCoordinator:
 
     # --- persistence -------------------------------------------------------------------------
 
-    async def _persist(self, md: TxnMetadata, state: TxnState, **changes: Any) -> ErrorCode:
-        """Append the target state to the log; apply it to ``md`` only once it is written."""
+    async def _persist(self, md: TxnMetadata, state: TxnState, *, replicated: bool = True,
+                       **changes: Any) -> ErrorCode:
+        """Append the target state to the log; apply it to ``md`` only once it is written (and, with
+        ``replicated``, once the ISR has it)."""
         if not can_transition(md.state, state):
             log.error("illegal transition of %s from %s to %s", md.transactional_id, md.state.name, state.name)
             return ErrorCode.INVALID_TXN_STATE
@@ -267,7 +269,7 @@ class TransactionCoordinator:
         batch = state_batch(encode_key(md.transactional_id), encode_value(value), now)
         md.pending = state
         try:
-            await self.access.append(TOPIC, self.partition_for(md.transactional_id), batch)
+            await self.access.append(TOPIC, self.partition_for(md.transactional_id), batch, replicated=replicated)
         except Exception as e:  # the coordinator partition is not writable here
             log.warning("could not persist %s for %s: %s", state.name, md.transactional_id, e)
             return _append_error(e)
@@ -655,7 +657,12 @@ class TransactionCoordinator:
             # The epoch is exhausted: continue under the new id (Kafka's prepareComplete).
             changes.update(producer_id=md.next_producer_id, producer_epoch=0, prev_producer_id=md.producer_id,
                            next_producer_id=-1)
-        while await self._persist(md, target, **changes) != ErrorCode.NONE:
+        # Complete is applied once appended, without waiting for the ISR: whatever the coordinator
+        # acknowledges next for this transactional id is a later record of the same partition, whose
+        # replication implies this one's; and a coordinator that takes over without it finds the
+        # transaction prepared and writes its (idempotent) markers and Complete again. Waiting here
+        # only held back the producer's next transaction (a deviation from Kafka, which waits).
+        while await self._persist(md, target, replicated=False, **changes) != ErrorCode.NONE:
             if not self._still_owned(md, p, epoch):
                 return
             await asyncio.sleep(0.5)

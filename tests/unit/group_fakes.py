@@ -30,7 +30,7 @@ class FakeAccess:
     def partition_exists(self, topic: str, partition: int) -> bool:
         return (topic, partition) in self.logs
 
-    async def append(self, topic: str, partition: int, batch: bytes) -> int:
+    async def append(self, topic: str, partition: int, batch: bytes, *, replicated: bool = True) -> int:
         if self.fail_with is not None:
             raise self.fail_with
         buf = bytearray(batch)

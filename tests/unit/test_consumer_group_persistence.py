@@ -244,7 +244,7 @@ class GatedAccess(FakeAccess):
         super().__init__()
         self.gate: asyncio.Event | None = None
 
-    async def append(self, topic: str, partition: int, batch: bytes) -> int:
+    async def append(self, topic: str, partition: int, batch: bytes, *, replicated: bool = True) -> int:
         if self.gate is not None:
             await self.gate.wait()
         return await super().append(topic, partition, batch)

@@ -42,7 +42,7 @@ class FakeAccess(PartitionAccess):
     def partition_exists(self, topic: str, partition: int) -> bool:
         return topic in self.topics and 0 <= partition < self.topics[topic]
 
-    async def append(self, topic: str, partition: int, batch: bytes) -> int:
+    async def append(self, topic: str, partition: int, batch: bytes, *, replicated: bool = True) -> int:
         if self.append_error is not None:
             raise self.append_error
         log = self.logs.setdefault((topic, partition), [])
