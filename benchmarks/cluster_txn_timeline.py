@@ -78,13 +78,11 @@ def main() -> int:
                           "client.id": "txn-client"})
             p.init_transactions(60)
             value = b"x" * 100
-            marks = []
-            for i in range(args.transactions):
+            for _ in range(args.transactions):
                 p.begin_transaction()
                 for r in range(10):
                     p.produce("tl", value, partition=r % args.partitions)
                 p.commit_transaction(60)
-                marks.append(time.time())
             p.flush(30)
             time.sleep(1)
         finally:
@@ -132,9 +130,9 @@ def main() -> int:
         if mk:
             inner["WriteTxnMarkers after EndTxn"].append(max(r["took"] for r in mk))
             inner["markers: EndTxn end -> last marker end"].append(max(r["end"] for r in mk) - t["end"]["end"])
-    for t, nxt in list(zip(txns, txns[1:]))[len(txns) // 2:len(txns) // 2 + args.show]:
+    for t, nxt in list(zip(txns, txns[1:], strict=False))[len(txns) // 2:len(txns) // 2 + args.show]:
         t0 = t["add"]["start"]
-        print(f"--- one transaction (t=0 at its AddPartitionsToTxn) ---")
+        print("--- one transaction (t=0 at its AddPartitionsToTxn) ---")
         for r in reqs:
             if t0 <= r["start"] < nxt["add"]["start"]:
                 print(f"{(r['start'] - t0) * 1e6:8.0f} -> {(r['end'] - t0) * 1e6:8.0f} us  broker {r['broker']}  "

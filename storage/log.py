@@ -732,7 +732,11 @@ class Log:
                 return self.log_end_offset
             if self._roll_flush_offset > self.recovery_point:
                 return self._roll_flush_offset
-        if any(off <= self.recovery_point for off, _ in self._unsynced_files):
+        # An empty log's unsynced files (the leader-epoch-checkpoint of a partition just created)
+        # describe nothing yet: the flush that first covers data fsyncs them with it. Flushing
+        # them now cost every new partition its own fsyncs of the file, segment and dir.
+        if self.log_end_offset > self.log_start_offset and any(
+                off <= self.recovery_point for off, _ in self._unsynced_files):
             return self.recovery_point
         return None
 

@@ -78,6 +78,8 @@ class LogManager:
         self.config_for_topic = config_for_topic
         self._logs: dict[tuple[str, int], Log] = {}
         self._dir_of: dict[tuple[str, int], Path] = {}  # partition -> its log dir
+        # partitions per log dir (kept with _dir_of by _set_dir / _drop_dir), for placing new ones
+        self._dir_counts: dict[Path, int] = {}
         self.had_clean_shutdown: dict[Path, bool] = {}
         self._deleting: set[Log] = set()  # detached, files not deleted yet
 
@@ -115,7 +117,7 @@ class LogManager:
                 lg = self._open(Path(entry.path), tp[0], recovery_point=rp,
                                 log_start_offset=start_offsets.get(tp, 0), clean_shutdown=clean)
                 self._logs[tp] = lg
-                self._dir_of[tp] = log_dir
+                self._set_dir(tp, log_dir)
                 # One line per partition is noise at INFO (100+ for the internal topics alone).
                 log.debug(
                     "Loaded %s-%d: start %d, end %d, %d segments, recovery point %d%s in %.1f ms",
@@ -160,7 +162,7 @@ class LogManager:
         fresh = not path.exists()
         lg = Log.open(path, config, producer_state=self._producer_state(path), clean_shutdown=fresh)
         self._logs[(topic, partition)] = lg
-        self._dir_of[(topic, partition)] = path.parent
+        self._set_dir((topic, partition), path.parent)
         log.debug("Created log for %s-%d in %s", topic, partition, path.parent)
         return lg
 
@@ -172,14 +174,14 @@ class LogManager:
         out = []
         for p in partitions:
             path = self.dir_for(topic, p)
-            self._dir_of[(topic, p)] = path.parent
+            self._set_dir((topic, p), path.parent)
             out.append((p, path))
         return out
 
     def release_dirs(self, topic: str, partitions: Iterable[int]) -> None:
         for p in partitions:
             if (topic, p) not in self._logs:
-                self._dir_of.pop((topic, p), None)
+                self._drop_dir((topic, p))
 
     def open_new_logs(self, planned: list[tuple[int, Path]], config: LogConfig,
                       leader_epochs: Mapping[int, int]) -> list[tuple[int, Log]]:
@@ -207,7 +209,7 @@ class LogManager:
             lg.close()
             return existing
         self._logs[(topic, partition)] = lg
-        self._dir_of[(topic, partition)] = lg.dir.parent
+        self._set_dir((topic, partition), lg.dir.parent)
         log.debug("Created log for %s-%d in %s", topic, partition, lg.dir.parent)
         return lg
 
@@ -216,7 +218,7 @@ class LogManager:
         run in an executor). Until then shutdown finishes the deletion, so a clean stop never
         leaves the dir of a deleted partition behind to be taken for a live one."""
         lg = self._logs.pop((topic, partition), None)
-        self._dir_of.pop((topic, partition), None)
+        self._drop_dir((topic, partition))
         if lg is not None:
             self._deleting.add(lg)
         return lg
@@ -229,7 +231,7 @@ class LogManager:
 
     def delete_log(self, topic: str, partition: int) -> None:
         lg = self._logs.pop((topic, partition), None)
-        self._dir_of.pop((topic, partition), None)
+        self._drop_dir((topic, partition))
         if lg is not None:
             lg.delete()
             log.info("Deleted log for %s-%d", topic, partition)
@@ -246,12 +248,25 @@ class LogManager:
         known = self._dir_of.get((topic, partition))
         if known is not None:
             return known / name
-        counts = {d: 0 for d in self.log_dirs}
-        for d in self._dir_of.values():
-            if d in counts:
-                counts[d] += 1
-        best = min(self.log_dirs, key=lambda d: counts[d])
+        if len(self.log_dirs) == 1:
+            return self.log_dirs[0] / name
+        counts = self._dir_counts
+        best = min(self.log_dirs, key=lambda d: counts.get(d, 0))
         return best / name
+
+    def _set_dir(self, tp: tuple[str, int], log_dir: Path) -> None:
+        old = self._dir_of.get(tp)
+        if old == log_dir:
+            return
+        if old is not None:
+            self._dir_counts[old] -= 1
+        self._dir_of[tp] = log_dir
+        self._dir_counts[log_dir] = self._dir_counts.get(log_dir, 0) + 1
+
+    def _drop_dir(self, tp: tuple[str, int]) -> None:
+        old = self._dir_of.pop(tp, None)
+        if old is not None:
+            self._dir_counts[old] -= 1
 
     def dir_of(self, topic: str, partition: int) -> Path | None:
         """The log dir holding the partition's log (None if it has none)."""

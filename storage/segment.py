@@ -226,10 +226,7 @@ class Segment:
         last = self.time_index.check_against_log()
         if last is not None:
             self.max_timestamp, self.offset_of_max_timestamp = last
-        if not self.txn_index.path.exists():
-            # An empty txn index cannot be told from a lost one; Kafka recreates it empty too.
-            with open(self.txn_index.path, "wb"):
-                pass
+        # A missing .txnindex is an empty one (created with the first aborted transaction, as Kafka).
 
     def _rebuild_after_corrupt(self, err: IndexCorruptError) -> None:
         log.warning("%s: rebuilding indexes of %s: %s", self.dir, self.log_path.name, err)

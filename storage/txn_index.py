@@ -37,8 +37,11 @@ class TransactionIndex:
         self.base_offset = base_offset
         self._entries: list[AbortedTxn] | None = None
         if new:
-            with open(path, "wb"):
-                pass
+            # The file is created by the first aborted transaction, as Kafka's TransactionIndex
+            # opens its channel lazily: most segments never have one, and creating ten thousand
+            # partitions would otherwise create ten thousand empty files too.
+            if path.exists():
+                os.truncate(path, 0)
             self._entries = []
 
     def load(self) -> None:

@@ -15,7 +15,8 @@ from cli.main import SUBCOMMANDS, main
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ["topics", "configs", "console-producer", "console-consumer", "groups", "transactions", "get-offsets",
-         "perf", "features", "users", "acls", "leader-election", "reassign-partitions", "cluster", "healthcheck"]
+         "perf", "features", "users", "acls", "leader-election", "reassign-partitions", "cluster", "healthcheck",
+         "schemas"]
 
 
 def _python(code: str) -> subprocess.CompletedProcess[str]:

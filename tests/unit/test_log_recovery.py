@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from storage import batch as rb
-from storage.log import Log
+from storage.log import AbortedTxn, Log
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
 
@@ -145,14 +145,19 @@ def test_lost_or_corrupt_indexes_are_rebuilt(tmp_path: Path, damage: str, clean:
     assert _snapshot_files(d) == before
 
 
-def test_missing_txnindex_is_recreated(tmp_path: Path) -> None:
+def test_missing_txnindex_is_an_empty_one(tmp_path: Path) -> None:
+    """As Kafka's TransactionIndex, the file exists only once a segment has an aborted transaction:
+    a segment without one opens with an empty index, and the file appears with its first entry."""
     d = tmp_path / "t-0"
     lg = _build(d)
+    assert sorted(d.glob("*.txnindex")) == []
     lg.close()
-    victim = sorted(d.glob("*.txnindex"))[0]
-    victim.unlink()
     lg = Log.open(d, CFG, clean_shutdown=True)
-    assert victim.exists() and lg.collect_aborted_txns(0, 100) == []
+    assert lg.collect_aborted_txns(0, 100) == []
+    end = lg.log_end_offset
+    lg.add_aborted_txn(AbortedTxn(7, end - 1, end - 1, end - 1))
+    assert [p.name for p in d.glob("*.txnindex")] == [lg.segments[-1].txn_index.path.name]
+    assert lg.collect_aborted_txns(0, end) == [AbortedTxn(7, end - 1, end - 1, end - 1)]
     lg.close()
 
 

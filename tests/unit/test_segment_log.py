@@ -416,19 +416,21 @@ def test_start_truncation_writes_epoch_checkpoint_unsynced_and_the_flusher_syncs
 def test_first_epoch_of_an_empty_log_is_written_unsynced_and_a_later_one_synced(
     tmp_path: Path, fsyncs: list[int]
 ) -> None:
-    """Creating a topic assigns epoch 0 to each new, empty partition: no fsync on the loop for
-    that; the flusher syncs it. A new epoch on a log that holds data stays synced, as Kafka."""
+    """Creating a topic assigns epoch 0 to each new, empty partition: no fsync for that, neither on
+    the loop nor by the flusher while the log is empty (the file describes nothing yet); the first
+    flush that covers data fsyncs it with the data. A new epoch on a log that holds data stays
+    synced, as Kafka."""
     lg = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=500))
     fsyncs.clear()
     lg.assign_leader_epoch(0, 0)
     assert fsyncs == [] and lg._epoch_file.read() == [(0, 0)]
-    assert lg.flush_target(10_000) == lg.recovery_point == 0
-    plan = lg.plan_flush(lg.flush_target(10_000))
+    assert lg.flush_target(10_000) is None  # empty: the flusher leaves it alone
+    append(lg, 3)
+    plan = lg.plan_flush()
     assert plan is not None and plan.files == [(-1, lg._epoch_file.path)] and plan.dir == lg.dir
     plan.sync()
     lg.complete_flush(plan)
-    assert lg.flush_target(10_000) is None
-    append(lg, 3)
+    assert lg.flush_target(10_000) is None and lg.recovery_point == 3
     fsyncs.clear()
     lg.assign_leader_epoch(1, lg.log_end_offset)
     assert len(fsyncs) == 2  # the file and its dir, at once
