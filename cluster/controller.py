@@ -165,9 +165,16 @@ class Controller:
         return done
 
     def _unclean(self, topic: str) -> bool:
-        """unclean.leader.election.enable: the topic's config, else the broker default (false)."""
+        """unclean.leader.election.enable as KRaft's ConfigurationControlManager resolves it: the
+        topic's config, else this controller's dynamic broker config, else the cluster-wide dynamic
+        default, else the controller's static config (default false). The dynamic ones are read
+        from the store at each use, so a change applies on the next pass (the store wakes it)."""
+        name = "unclean.leader.election.enable"
         info = self.store.get_topic(topic)
-        value = (info.configs.get("unclean.leader.election.enable") if info is not None else None)
+        value = (info.configs.get(name) if info is not None else None)
+        for resource in (self.store.node_id, None):
+            if value is None:
+                value = self.store.broker_dynamic_configs(resource).get(name)
         if value is None:
             value = self._unclean_default
         return value if isinstance(value, bool) else str(value).lower() == "true"

@@ -174,6 +174,28 @@ class BrokerConfig:
         for cb in list(self._listeners_cb):
             cb(name, value)
 
+    def replace_dynamic(self, configs: dict[str, str], *, cluster_default: bool = False) -> set[str]:
+        """Make one dynamic layer (this broker's, or with ``cluster_default`` the cluster-wide one)
+        equal to ``configs`` as the metadata store holds them; the names whose value changed. As
+        Kafka's DynamicBrokerConfig.fromPersistentProps, a stored value that is not valid (any
+        more) is left out with an error in the log, and the others still apply."""
+        layer = self.dynamic_default if cluster_default else self.dynamic
+        changed: set[str] = set()
+        for name in sorted(set(layer) | set(configs)):
+            value = configs.get(name)
+            if layer.get(name) == (None if value is None else value.strip()):
+                continue
+            try:
+                self.set_dynamic(name, value, cluster_default=cluster_default)
+            except ConfigError as e:
+                log.error("dynamic %s config %s=%r ignored: %s", "default cluster" if cluster_default else "broker",
+                          name, value, e)
+                if name not in layer:
+                    continue
+                self.set_dynamic(name, None, cluster_default=cluster_default)
+            changed.add(name)
+        return changed
+
     def add_change_listener(self, cb: Callable[[str, str | None], None]) -> None:
         """Called as cb(name, new_value_or_None) after every set_dynamic."""
         self._listeners_cb.append(cb)

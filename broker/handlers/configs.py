@@ -4,9 +4,12 @@ Resources: TOPIC (2) and BROKER (4; name = this node's id, or "" for the cluster
 default). Topic entries carry Kafka's sources (1 topic override, 4 static broker synonym,
 5 default, ...), synonyms when asked (v1+) and documentation (v3+). AlterConfigs replaces a
 topic's whole override set; IncrementalAlterConfigs applies SET / DELETE / APPEND / SUBTRACT
-per key. Changes are validated first (INVALID_CONFIG, nothing applied), persisted in the
-MetadataStore, and take effect on the live partitions at once. BROKER_LOGGER (8) is not
-supported (INVALID_REQUEST).
+per key. Changes are validated first (INVALID_CONFIG,
+nothing applied), persisted in the MetadataStore, and take effect on the live partitions at once;
+a BROKER change is only written to the store, and every broker it concerns (the default: all;
+"<id>": that one) applies it from there (broker/config/dynamic_watch.py, as Kafka's brokers apply
+the controller's config records), this one before the answer. BROKER_LOGGER (8) is not supported
+(INVALID_REQUEST).
 
 Broker resources know every config of Kafka 3.9's broker definition (broker/config/
 kafka_broker_configs.py); the ones kbroker does not act on are stored, persisted and described
@@ -40,7 +43,6 @@ from kafka.protocol.admin import (
 
 from broker import listener_security
 from broker.config import (
-    BROKER_CONFIGS,
     TOPIC_CONFIGS,
     BrokerConfig,
     ConfigEntry,
@@ -48,7 +50,7 @@ from broker.config import (
     describe_topic_config,
     validate_topic_configs,
 )
-from broker.config.kafka_broker_configs import DYNAMIC_SECURITY_CONFIGS, KAFKA_BROKER_CONFIGS, PER_BROKER
+from broker.config.kafka_broker_configs import DYNAMIC_SECURITY_CONFIGS, per_broker_only
 from broker.handlers import AclOperation, RequestContext, ResourceType, api
 from broker.services import BrokerServices
 from protocol.errors import ErrorCode, KafkaError
@@ -170,8 +172,7 @@ def _validate_broker_configs(cfg: BrokerConfig, props: dict[str, str], cluster_d
             raise KafkaError(ErrorCode.INVALID_REQUEST, str(e)) from None
     if cluster_default:
         # Listener-prefixed names are per-broker too (Kafka's perBrokerListenerConfig).
-        per_broker = [k for k in props if k in KAFKA_BROKER_CONFIGS and KAFKA_BROKER_CONFIGS[k].mode == PER_BROKER
-                      or k not in BROKER_CONFIGS]
+        per_broker = [k for k in props if per_broker_only(k)]
         if per_broker:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "Cannot update these configs at default cluster level, "
                                                         f"broker id must be specified: {_scala_set(per_broker)}")
@@ -197,7 +198,9 @@ async def _alter(ctx: RequestContext, rtype: int, name: str, ops: list[tuple[str
     elif rtype == BROKER:
         cluster_default = _check_broker_name(ctx, name)
         cfg = services.config
-        current = dict(cfg.dynamic_default if cluster_default else cfg.dynamic)
+        resource = None if cluster_default else services.node_id
+        # As Kafka's ConfigAdminManager: the change applies to what the metadata store holds.
+        current = services.metadata.broker_dynamic_configs(resource)
         try:
             new = _apply_ops({} if replace else current, ops, set())
         except ConfigError as e:
@@ -205,12 +208,9 @@ async def _alter(ctx: RequestContext, rtype: int, name: str, ops: list[tuple[str
         _validate_broker_configs(cfg, new, cluster_default)
         swap_tls = _prepare_tls_reload(services, current, new, [n for n, _, _ in ops], cluster_default)
         if not validate_only:
-            for key in set(current) | set(new):
-                if current.get(key) != new.get(key):
-                    cfg.set_dynamic(key, new.get(key), cluster_default=cluster_default)
-            stored = {k: v for k, v in cfg.dynamic.items()}
-            stored.update({f"cluster-default:{k}": v for k, v in cfg.dynamic_default.items()})
-            await services.metadata.set_broker_dynamic_configs(stored)
+            # Stored only: every broker it concerns (this one included) applies it from the store
+            # (broker/config/dynamic_watch.py); the write returns once this broker has.
+            await services.metadata.set_broker_dynamic_configs(resource, new)
             swap_tls()
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}")
