@@ -1,10 +1,15 @@
 """DescribeConfigs (32) v1-4, AlterConfigs (33) v0-2, IncrementalAlterConfigs (44) v0-1.
 
 Resources: TOPIC (2) and BROKER (4; name = this node's id, or "" for the cluster-wide dynamic
-default). Topic entries carry Kafka's sources (1 topic override, 4 static broker synonym,
-5 default, ...), synonyms when asked (v1+) and documentation (v3+). AlterConfigs replaces a
-topic's whole override set; IncrementalAlterConfigs applies SET / DELETE / APPEND / SUBTRACT
-per key. Changes are validated first (INVALID_CONFIG,
+default). Entries carry Kafka's sources (1 topic override, 2 per-broker dynamic, 3 cluster-wide
+dynamic default, 4 static: the properties file or --override, 5 default), synonyms when asked
+(v1+) and documentation (v3+). Synonyms follow Kafka's ConfigHelper: the values of a config's
+spellings layer by layer (2, 3, 4, 5) from its own name on; a listener-prefixed name's base name
+after it; on the cluster-default resource only layer 3; for a topic config its override first,
+then the synonyms of the broker config that supplies its default (so retention.ms inherited from
+log.retention.hours alone lists none, with source 5, as Kafka reports it); an entry's source is
+its first synonym's. AlterConfigs replaces a topic's whole override set; IncrementalAlterConfigs
+applies SET / DELETE / APPEND / SUBTRACT per key. Changes are validated first (INVALID_CONFIG,
 nothing applied), persisted in the MetadataStore, and take effect on the live partitions at once;
 a BROKER change is only written to the store, and every broker it concerns (the default: all;
 "<id>": that one) applies it from there (broker/config/dynamic_watch.py, as Kafka's brokers apply
