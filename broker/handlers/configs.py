@@ -26,8 +26,11 @@ dynamically updated only per-listener using the listener prefix: Set(...)"), a v
 type, a per-broker config on the cluster default resource ("Cannot update these configs at default
 cluster level, broker id must be specified: Set(...)"). Deviation: a name Kafka does not define
 answers INVALID_CONFIG "Unknown broker config name" (Kafka stores any name; kbroker rejects typos).
-Configs kbroker acts on keep kbroker's own dynamic flag (listeners and the thread counts, dynamic
-in Kafka, are read-only here). Listener-prefixed names (``listener.name.<l>.ssl.*``,
+Configs kbroker acts on keep kbroker's own dynamic flag (listeners, advertised.listeners and
+listener.security.protocol.map, per-broker dynamic in Kafka, are read-only here: a broker does not
+rebind its listeners). The thread counts are dynamic as in Kafka, without effect, within Kafka's
+reconfiguration check (half to double the current value, else INVALID_REQUEST "Invalid dynamic
+configuration"). Listener-prefixed names (``listener.name.<l>.ssl.*``,
 ``listener.name.<l>.sasl.enabled.mechanisms``, for a listener of this broker) are per-broker; a
 change naming ``listener.name.<l>.ssl.keystore.*`` / ``ssl.key.password`` / ``ssl.truststore.*`` (the same
 value included) reloads that listener's certificate for new connections, after Kafka's
@@ -48,6 +51,7 @@ from kafka.protocol.admin import (
 
 from broker import listener_security
 from broker.config import (
+    BROKER_CONFIGS,
     TOPIC_CONFIGS,
     BrokerConfig,
     ConfigEntry,
@@ -181,6 +185,26 @@ def _validate_broker_configs(cfg: BrokerConfig, props: dict[str, str], cluster_d
         if per_broker:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "Cannot update these configs at default cluster level, "
                                                         f"broker id must be specified: {_scala_set(per_broker)}")
+    _validate_reconfiguration(cfg, props, cluster_default)
+
+
+# Kafka's DynamicThreadPool, SocketServer and LogCleaner reconfigurables: a thread count may change
+# to between half and double its current value (at least 1).
+THREAD_COUNTS = ("num.io.threads", "num.network.threads", "num.recovery.threads.per.data.dir", "background.threads",
+                 "num.replica.fetchers", "log.cleaner.threads")
+
+
+def _validate_reconfiguration(cfg: BrokerConfig, props: dict[str, str], cluster_default: bool) -> None:
+    """Kafka's processReconfiguration(validateOnly = true): the effective values this broker would
+    take (the changed layer replaced by ``props``) checked by the reconfigurables concerned; a
+    refusal is INVALID_REQUEST "Invalid dynamic configuration", Kafka's message."""
+    own = cfg.dynamic if cluster_default else props
+    default = props if cluster_default else cfg.dynamic_default
+    for name in THREAD_COUNTS:
+        raw = own.get(name, default.get(name, cfg.originals.get(name, BROKER_CONFIGS[name].default)))
+        new, old = int(raw), int(cfg.get(name))
+        if new != old and (new < 1 or new < old // 2 or new > old * 2):
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "Invalid dynamic configuration")
 
 
 async def _alter(ctx: RequestContext, rtype: int, name: str, ops: list[tuple[str, int, str | None]],
