@@ -21,7 +21,9 @@ from typing import Any
 
 from broker import inter_broker_security, log_flusher
 from broker.config import BrokerConfig, log_config_properties, topic_log_config
+from broker.config.dynamic_watch import DynamicConfigWatch
 from broker.config.listeners import unimplemented_listeners
+from broker.config_effects import apply_config_effects
 from broker.coordinator_bridge import LocalPartitionAccess
 from broker.fetch_sessions import FetchSessionCache
 from broker.handlers import load_handlers
@@ -115,9 +117,11 @@ class Broker:
                                                                             advertised.port, None, endpoints),
                                                cluster_id=self.config.get("cluster.id") or None)
         self._write_meta_properties()
-        for name, value in self.metadata.broker_dynamic_configs().items():
-            default = name.startswith("cluster-default:")
-            self.config.set_dynamic(name.removeprefix("cluster-default:"), value, cluster_default=default)
+        # The dynamic broker configs the store holds now, and every later change of the cluster
+        # default or of this broker's own (broker/config/dynamic_watch.py), with their effects.
+        self.config_watch = DynamicConfigWatch(self.config, self.metadata, self.node_id)
+        self.config_watch.add_effect(lambda names: apply_config_effects(self, names))
+        self.config_watch.start()
         topics = self.metadata.topics()
         cfg = self.config
         # Logs are opened (and recovered) with their topic's configuration, as Kafka does.
@@ -241,8 +245,8 @@ class Broker:
         return self.cluster.store
 
     def _producer_state_factory(self) -> Callable[[Path], ProducerStateManager]:
-        expiration = int(self.config.get("producer.id.expiration.ms"))
-        return lambda d: ProducerStateManager(d, producer_id_expiration_ms=expiration)
+        # Read at each creation: producer.id.expiration.ms is dynamic (broker/config_effects.py).
+        return lambda d: ProducerStateManager(d, producer_id_expiration_ms=int(self.config.get("producer.id.expiration.ms")))
 
     def _init_producer_ids(self) -> None:
         source = None
@@ -311,19 +315,21 @@ class Broker:
 
     # --- schedulers --------------------------------------------------------------------------
 
-    def _every(self, interval_ms: int, fn: Callable[[], Awaitable[None]], name: str) -> None:
-        """Run ``fn`` every ``interval_ms``. As Kafka's scheduler does for a period <= 0 (an
-        accepted value of e.g. log.flush.offset.checkpoint.interval.ms), such a task runs once."""
+    def _every(self, interval_ms: int | Callable[[], int], fn: Callable[[], Awaitable[None]], name: str) -> None:
+        """Run ``fn`` every ``interval_ms`` (a callable: read again before each sleep, for a dynamic
+        config). As Kafka's scheduler does for a period <= 0 (an accepted value of e.g.
+        log.flush.offset.checkpoint.interval.ms), such a task runs once."""
         async def loop() -> None:
             while True:
-                await asyncio.sleep(max(interval_ms, 0) / 1000)
+                interval = interval_ms() if callable(interval_ms) else interval_ms
+                await asyncio.sleep(max(interval, 0) / 1000)
                 try:
                     await fn()
                 except asyncio.CancelledError:
                     raise
                 except Exception:
                     log.exception("background task %s failed", name)
-                if interval_ms <= 0:
+                if interval <= 0:
                     return
 
         self._tasks.append(asyncio.create_task(loop(), name=name))
@@ -337,7 +343,7 @@ class Broker:
         self._every(int(cfg.get("producer.id.expiration.check.interval.ms")), self._expire_producers,
                     "producer-expiration")
         if cfg.get("log.cleaner.enable"):
-            self._every(int(cfg.get("log.cleaner.backoff.ms")), self._clean, "log-cleaner")
+            self._every(lambda: int(cfg.get("log.cleaner.backoff.ms")), self._clean, "log-cleaner")
 
     async def _flush_due(self) -> None:
         now = _now_ms()

@@ -48,10 +48,13 @@ class TopicAdmin:
         await self.partitions.wait_deleted(info.name)
         return info
 
-    async def add_partitions(self, name: str, total: int) -> TopicInfo:
+    async def add_partitions(self, name: str, total: int, *, assignment: list[list[int]] | None = None) -> TopicInfo:
+        """Grow the topic to ``total`` partitions; ``assignment`` (the replicas of each new one,
+        checked by the caller) matters in cluster mode only (a single node holds every partition)."""
         info = self.metadata.check_partition_increase(name, total)
+        placement = {"assignment": assignment} if self.clustered and assignment else {}
         with self._reserve_partitions(0 if info.internal else total - info.num_partitions):
-            info = await self.metadata.add_partitions(name, total)
+            info = await self.metadata.add_partitions(name, total, **placement)
         await self.partitions.wait_created(info.name)
         return info
 

@@ -43,6 +43,7 @@ from .partition_state import PartitionStateStore
 from .records import BrokerRegistration, PartitionState
 
 log = logging.getLogger("cluster.controller")
+UNCLEAN = "unclean.leader.election.enable"
 
 
 def leader_candidates(brokers: Mapping[int, BrokerRegistration]) -> set[int]:
@@ -132,9 +133,10 @@ class Controller:
                      sorted(reincarnated))
         changed = 0
         lost = False
+        unclean_default = self._unclean_broker_default()
         for (topic, p), state in self.store.partition_states().items():
             new = next_state(state, self.store.replicas(topic, p), live, leader_candidates(self.store.live_brokers()),
-                             unclean=self._unclean(topic))
+                             unclean=self._unclean(topic, unclean_default))
             if new is None:
                 continue
             if not self.election.is_controller():
@@ -164,12 +166,23 @@ class Controller:
         self.changes += done
         return done
 
-    def _unclean(self, topic: str) -> bool:
-        """unclean.leader.election.enable: the topic's config, else the broker default (false)."""
+    def _unclean_broker_default(self) -> object:
+        """unclean.leader.election.enable of the brokers, as KRaft's ConfigurationControlManager
+        resolves it: this controller's dynamic broker config, else the cluster-wide dynamic
+        default, else the controller's static config (default false). Read from the store on every
+        pass, so a change applies on the next one (the store wakes the controller)."""
+        for resource in (self.store.node_id, None):
+            value = self.store.broker_dynamic_configs(resource).get(UNCLEAN)
+            if value is not None:
+                return value
+        return self._unclean_default
+
+    def _unclean(self, topic: str, broker_default: object | None = None) -> bool:
+        """unclean.leader.election.enable: the topic's config, else the brokers' (above)."""
         info = self.store.get_topic(topic)
-        value = (info.configs.get("unclean.leader.election.enable") if info is not None else None)
+        value = (info.configs.get(UNCLEAN) if info is not None else None)
         if value is None:
-            value = self._unclean_default
+            value = self._unclean_broker_default() if broker_default is None else broker_default
         return value if isinstance(value, bool) else str(value).lower() == "true"
 
     # --- preferred-leader rebalance ------------------------------------------------------------
@@ -178,7 +191,7 @@ class Controller:
             value = settings.get(name)
             return default if value is None else value
 
-        self._unclean_default = setting("unclean.leader.election.enable", False)
+        self._unclean_default = setting(UNCLEAN, False)
         enabled = setting("auto.leader.rebalance.enable", True)
         self.rebalance_enabled = enabled if isinstance(enabled, bool) else str(enabled).lower() == "true"
         self.rebalance_interval_s = float(setting("leader.imbalance.check.interval.seconds", 300))  # type: ignore[arg-type]

@@ -9,7 +9,12 @@ Everything lives under ``/kbroker/``::
                                             PartitionState JSON: leader, leader_epoch, isr, partition_epoch
     /kbroker/<cluster id>/controller        the elected controller's node id, bound to its lease
     /kbroker/<cluster id>/producer_ids      the last producer-id block handed out
-    /kbroker/<cluster id>/broker_configs    dynamic broker configs (AlterConfigs), one JSON object
+    /kbroker/<cluster id>/broker_configs/default
+                                            cluster-wide dynamic broker configs (AlterConfigs, resource "")
+    /kbroker/<cluster id>/broker_configs/<node id>
+                                            that broker's own dynamic configs (AlterConfigs, resource "<id>")
+    /kbroker/<cluster id>/broker_configs    the one JSON object of earlier versions (defaults as
+                                            "cluster-default:<name>"); read where no key above exists
     /kbroker/<cluster id>/features          finalized feature levels and their epoch
     /kbroker/<cluster id>/scram_credentials SCRAM credentials (salted and hashed), security/scram_credentials.py
     /kbroker/<cluster id>/client_quotas     client quotas (AlterClientQuotas), security/quotas.py
@@ -94,7 +99,20 @@ class KeyLayout:
 
     @property
     def broker_configs(self) -> bytes:
+        """The single dynamic-config key of earlier versions, read as a fallback only."""
         return self._k("broker_configs")
+
+    @property
+    def broker_configs_prefix(self) -> bytes:
+        return self._k("broker_configs/")
+
+    def broker_config(self, resource: int | None) -> bytes:
+        """The key of one BROKER config resource: None the cluster-wide default, else a node id."""
+        return self._k("broker_configs/" + ("default" if resource is None else str(int(resource))))
+
+    def broker_config_resource(self, key: bytes) -> int | None:
+        rest = key[len(self.broker_configs_prefix):].decode()
+        return None if rest == "default" else int(rest)
 
     @property
     def features(self) -> bytes:

@@ -89,7 +89,11 @@ class EtcdMetadataStore(MetadataStore):
         # Mod revision of each partition-state key: the guard of writes decided from the view.
         self._state_rev: dict[tuple[str, int], int] = {}
         self._brokers: dict[int, BrokerRegistration] = {}
-        self._broker_configs: dict[str, str] = {}
+        # Dynamic broker configs per resource (None: the cluster default), their keys' mod revisions,
+        # and the single JSON object of earlier versions (a fallback for resources without a key).
+        self._broker_configs: dict[int | None, dict[str, str]] = {}
+        self._broker_config_rev: dict[int | None, int] = {}
+        self._legacy_broker_configs: dict[str, str] = {}
         self._features: dict[str, int] = {}
         self._features_epoch = -1
         self._features_rev = 0
@@ -142,6 +146,9 @@ class EtcdMetadataStore(MetadataStore):
         k = self.keys
         keys = {k.topic(t) for t in self._records} | {k.partition(t, p) for t, p in self._states}
         keys |= {k.broker(n) for n in self._brokers}
+        keys |= {k.broker_config(r) for r in self._broker_configs}
+        if self._legacy_broker_configs:
+            keys.add(k.broker_configs)
         if self.controller_id >= 0:
             keys.add(k.controller)
         return keys
@@ -215,8 +222,15 @@ class EtcdMetadataStore(MetadataStore):
                 self.cluster_changed.set()
             elif key == k.controller:
                 self.controller_id = json.loads(value)["node_id"] if put else -1
+            elif key.startswith(k.broker_configs_prefix):
+                self._apply_broker_configs(k.broker_config_resource(key),
+                                           dict(json.loads(value)["configs"]) if put else None, mod_revision)
             elif key == k.broker_configs:
-                self._broker_configs = dict(json.loads(value)["configs"]) if put else {}
+                old = self.broker_dynamic_configs(None), self.broker_dynamic_configs(self.node_id)
+                self._legacy_broker_configs = dict(json.loads(value)["configs"]) if put else {}
+                if old != (self.broker_dynamic_configs(None), self.broker_dynamic_configs(self.node_id)):
+                    self._broker_configs_changed(None)
+                    self._broker_configs_changed(self.node_id)
             elif key == k.features:
                 if put:
                     doc = json.loads(value)
@@ -268,6 +282,27 @@ class EtcdMetadataStore(MetadataStore):
         if rec.configs != info.configs:
             info.configs = dict(rec.configs)
             self._notify_started("configs", info)
+
+    def _apply_broker_configs(self, resource: int | None, configs: dict[str, str] | None, mod_revision: int) -> None:
+        before = self.broker_dynamic_configs(resource)
+        if configs is None:
+            self._broker_configs.pop(resource, None)
+            self._broker_config_rev.pop(resource, None)
+        else:
+            self._broker_configs[resource] = configs
+            self._broker_config_rev[resource] = mod_revision
+        if self.broker_dynamic_configs(resource) != before:
+            self._broker_configs_changed(resource)
+
+    def _broker_configs_changed(self, resource: int | None) -> None:
+        # The controller's cue too: it reads unclean.leader.election.enable from these configs.
+        self.cluster_changed.set()
+        if self._started:
+            try:
+                self._notify_broker_configs(resource)
+            except Exception:
+                log.exception("broker config listener failed on the configs of %s",
+                              "the cluster default" if resource is None else f"broker {resource}")
 
     def _changed_leaders(self, topic: str) -> None:
         self.cluster_changed.set()
@@ -331,8 +366,16 @@ class EtcdMetadataStore(MetadataStore):
     def fenced(self) -> bool:
         return self.session.fenced()
 
-    def broker_dynamic_configs(self) -> dict[str, str]:
-        return dict(self._broker_configs)
+    def broker_dynamic_configs(self, resource: int | None) -> dict[str, str]:
+        stored = self._broker_configs.get(resource)
+        if stored is not None:
+            return dict(stored)
+        # Not written since per-resource keys exist: the earlier single object, read as it was
+        # applied (its defaults by every broker, its other entries by every broker at start).
+        legacy = self._legacy_broker_configs
+        if resource is None:
+            return {n.removeprefix("cluster-default:"): v for n, v in legacy.items() if n.startswith("cluster-default:")}
+        return {n: v for n, v in legacy.items() if not n.startswith("cluster-default:")}
 
     def finalized_features(self) -> dict[str, int]:
         return {k: v for k, v in self._features.items() if v > 0}
@@ -465,11 +508,15 @@ class EtcdMetadataStore(MetadataStore):
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' was deleted meanwhile.")
         return info
 
-    async def set_broker_dynamic_configs(self, configs: dict[str, str]) -> None:
+    async def set_broker_dynamic_configs(self, resource: int | None, configs: dict[str, str]) -> None:
         tx = self.session.client.transactions
+        key = self.keys.broker_config(resource)
         doc = json.dumps({"version": 1, "configs": dict(configs)}).encode()
-        await self._txn([], [tx.put(self.keys.broker_configs, doc)])
-        await self.wait_for(lambda: self._broker_configs == dict(configs), "broker configs")
+        # Guarded by the revision the change was computed from: a concurrent change is not overwritten.
+        rev = await self._swap([tx.mod(key) == self._broker_config_rev.get(resource, 0)], [tx.put(key, doc)])
+        if rev is None:
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "the dynamic broker configs changed meanwhile; retry")
+        await self._wait_revision(rev, APPLY_TIMEOUT_S, "broker configs")
 
     def scram_credentials(self) -> scram.Credentials:
         return self._scram

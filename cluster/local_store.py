@@ -32,6 +32,7 @@ from security.authorizer import AclBinding, acls_applied, decode_acls, encode_ac
 from storage.checkpoints import atomic_write_bytes
 
 log = logging.getLogger("cluster.local_store")
+_DEFAULT_PREFIX = "cluster-default:"  # the cluster-wide default's entries in the file's broker_configs
 T = TypeVar("T")
 
 
@@ -247,13 +248,28 @@ class LocalMetadataStore(MetadataStore):
 
         await self._serialised(change)
 
-    def broker_dynamic_configs(self) -> dict[str, str]:
-        return dict(self._broker_configs)
+    # The file keeps both resources in one map (its format since dynamic configs existed): this
+    # node's own configs by name, the cluster-wide defaults as "cluster-default:<name>".
+    def broker_dynamic_configs(self, resource: int | None) -> dict[str, str]:
+        if resource is None:
+            return {k.removeprefix(_DEFAULT_PREFIX): v for k, v in self._broker_configs.items()
+                    if k.startswith(_DEFAULT_PREFIX)}
+        if resource != self.node.node_id:
+            return {}
+        return {k: v for k, v in self._broker_configs.items() if not k.startswith(_DEFAULT_PREFIX)}
 
-    async def set_broker_dynamic_configs(self, configs: dict[str, str]) -> None:
+    async def set_broker_dynamic_configs(self, resource: int | None, configs: dict[str, str]) -> None:
+        if resource is not None and resource != self.node.node_id:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id {resource}")
+
         async def change() -> None:
-            await self._persist(self._topics.values(), dict(configs))
-            self._broker_configs = dict(configs)
+            other = self.broker_dynamic_configs(self.node.node_id if resource is None else None)
+            mine = {_DEFAULT_PREFIX + k if resource is None else k: v for k, v in configs.items()}
+            kept = {k if resource is None else _DEFAULT_PREFIX + k: v for k, v in other.items()}
+            merged = {**kept, **mine}
+            await self._persist(self._topics.values(), merged)
+            self._broker_configs = merged
+            self._notify_broker_configs(resource)  # here: also when the request was cancelled
 
         await self._serialised(change)
 

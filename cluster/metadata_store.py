@@ -84,6 +84,9 @@ class TopicInfo:
 # Listener signature: (event, topic_info) with event in {"created", "deleted", "partitions", "configs",
 # "leaders"}; "leaders" (cluster mode): the leader, leader epoch or ISR of some partition changed.
 MetadataListener = Callable[[str, TopicInfo], None]
+# Called with the broker-config resource whose dynamic configs changed: None for the cluster-wide
+# default (Kafka's BROKER resource ""), else a node id (that broker's own configs).
+BrokerConfigListener = Callable[[int | None], None]
 
 
 class MetadataStore(ABC):
@@ -94,6 +97,7 @@ class MetadataStore(ABC):
 
     def __init__(self) -> None:
         self._listeners: list[MetadataListener] = []
+        self._config_listeners: list[BrokerConfigListener] = []
 
     def add_listener(self, fn: MetadataListener) -> None:
         self._listeners.append(fn)
@@ -101,6 +105,15 @@ class MetadataStore(ABC):
     def _notify(self, event: str, topic: TopicInfo) -> None:
         for fn in self._listeners:
             fn(event, topic)
+
+    def add_broker_config_listener(self, fn: BrokerConfigListener) -> None:
+        """``fn(resource)`` after the dynamic broker configs of ``resource`` changed (every broker's
+        store reports every resource; a broker applies the default and its own)."""
+        self._config_listeners.append(fn)
+
+    def _notify_broker_configs(self, resource: int | None) -> None:
+        for fn in self._config_listeners:
+            fn(resource)
 
     @abstractmethod
     def brokers(self) -> list[BrokerInfo]: ...
@@ -150,11 +163,18 @@ class MetadataStore(ABC):
     @abstractmethod
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicInfo: ...
 
+    # Dynamic broker configs (AlterConfigs on BROKER resources), per resource as Kafka keeps them:
+    # ``None`` is the cluster-wide default (resource name ""), a node id that broker's own configs.
     @abstractmethod
-    def broker_dynamic_configs(self) -> dict[str, str]: ...
+    def broker_dynamic_configs(self, resource: int | None) -> dict[str, str]: ...
 
     @abstractmethod
-    async def set_broker_dynamic_configs(self, configs: dict[str, str]) -> None: ...
+    async def set_broker_dynamic_configs(self, resource: int | None, configs: dict[str, str]) -> None:
+        """Replace the resource's whole dynamic config set; the broker config listeners hear of it."""
+
+    def eligible_leaders(self) -> set[int]:
+        """Registered brokers that may lead (Kafka's "active": not fenced, not in controlled shutdown)."""
+        return {b.node_id for b in self.brokers()}
 
     # Finalized feature levels (KIP-584), e.g. ``transaction.version``: a level of 0 means "not
     # finalized" (absent from ApiVersions), as in Kafka. The epoch grows with every change.

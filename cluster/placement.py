@@ -1,4 +1,5 @@
-"""Replica placement for new partitions: round-robin over the live brokers from a random start, rack-aware.
+"""Replica placement for new partitions: round-robin over the live brokers from a random start, rack-aware;
+and the checks of a manual assignment (CreateTopics / CreatePartitions ``assignments``).
 
 Kafka's classic placement (AdminUtils.assignReplicasToBrokers, which KRaft's StripedReplicaPlacer
 refines): the first replica of partition ``i`` is broker ``(start + i) % n``; the followers come after
@@ -7,12 +8,18 @@ With ``broker.rack`` set on the brokers, the broker list is first interleaved by
 broker, rack B's first, ..., rack A's second, ...), so consecutive brokers sit in different racks and
 a partition's replicas land in as many racks as possible; a follower whose rack is already used is
 skipped while an unused rack remains (Kafka's rule). Brokers without a rack form their own group.
+
+A manual assignment is used as given once it passes Kafka's checks (ReplicationControlManager, with
+its INVALID_REPLICA_ASSIGNMENT messages): every replica list non-empty, of registered brokers each
+listed once, as long as the topic's other partitions', with at least one broker neither fenced nor
+in controlled shutdown; CreateTopics' partition indexes unique and 0..n-1, CreatePartitions' one
+list per added partition.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 from protocol.errors import ErrorCode, KafkaError
 
@@ -65,3 +72,68 @@ def place_replicas(brokers: Mapping[int, str | None], num_partitions: int, repli
                 racks.add(brokers[c])
         out[first_partition + i] = replicas
     return out
+
+
+# --- manual assignments (CreateTopics / CreatePartitions ``assignments``) ----------------------------
+def _invalid(message: str) -> KafkaError:
+    return KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, message)
+
+
+def check_replicas(replicas: Sequence[int], registered: Collection[int], replication_factor: int | None) -> None:
+    """One partition's manual replica list, as Kafka's ReplicationControlManager.
+    validateManualPartitionAssignment: not empty, every broker registered and listed once, as many
+    replicas as ``replication_factor`` (that of the other partitions) when given."""
+    if not replicas:
+        raise _invalid("The manual partition assignment includes an empty replica list.")
+    previous = None
+    for broker in sorted(replicas):
+        if broker not in registered:
+            raise _invalid(f"The manual partition assignment includes broker {broker}, but no such broker is "
+                           "registered.")
+        if broker == previous:
+            raise _invalid(f"The manual partition assignment includes the broker {previous} more than once.")
+        previous = broker
+    if replication_factor is not None and len(replicas) != replication_factor:
+        raise _invalid(f"The manual partition assignment includes a partition with {len(replicas)} replica(s), but "
+                       f"this is not consistent with previous partitions, which have {replication_factor} replica(s).")
+
+
+def _check_active(partition: int, replicas: Sequence[int], active: Collection[int]) -> None:
+    if not any(r in active for r in replicas):
+        raise _invalid(f"All brokers specified in the manual partition assignment for partition {partition} are "
+                       "fenced or in controlled shutdown.")
+
+
+def check_new_topic_assignment(assignments: Sequence[tuple[int, Sequence[int]]], registered: Collection[int],
+                               active: Collection[int]) -> dict[int, list[int]]:
+    """CreateTopics' manual assignment (partition index, replicas) checked as Kafka's controller
+    does (ReplicationControlManager.createTopic): each index once, every replica list valid and as
+    long as the first, at least one active (not fenced, not shutting down) broker in each, indexes
+    0..n-1. Returns partition -> replicas."""
+    parts: dict[int, list[int]] = {}
+    replication_factor: int | None = None
+    for index, replicas in assignments:
+        if index in parts:
+            raise _invalid(f"Found multiple manual partition assignments for partition {index}")
+        check_replicas(replicas, registered, replication_factor)
+        replication_factor = len(replicas)
+        _check_active(index, replicas, active)
+        parts[index] = list(replicas)
+    if any(i not in parts for i in range(len(parts))):
+        raise _invalid("partitions should be a consecutive 0-based integer sequence")
+    return parts
+
+
+def check_added_partitions_assignment(assignments: Sequence[Sequence[int]], added: int, first_partition: int,
+                                      replication_factor: int | None, registered: Collection[int],
+                                      active: Collection[int]) -> list[list[int]]:
+    """CreatePartitions' ``assignments`` for the ``added`` new partitions (numbered from
+    ``first_partition``), checked as Kafka's ReplicationControlManager.createPartitions: one per
+    new partition, each valid with the topic's replication factor and one active broker."""
+    if len(assignments) != added:
+        raise _invalid(f"Attempted to add {added} additional partition(s), but only {len(assignments)} "
+                       "assignment(s) were specified.")
+    for i, replicas in enumerate(assignments):
+        check_replicas(replicas, registered, replication_factor)
+        _check_active(first_partition + i, replicas, active)
+    return [list(r) for r in assignments]

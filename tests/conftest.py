@@ -38,9 +38,9 @@ def broker_factory(tmp_path: Path) -> Iterator[BrokerFactory]:
     made: list[BrokerProcess] = []
 
     def make(overrides: dict[str, str] | None = None, *, start: bool = True, port: int | None = None,
-             data_dir: Path | None = None) -> BrokerProcess:
+             data_dir: Path | None = None, config_file: Path | None = None) -> BrokerProcess:
         data_dir = data_dir if data_dir is not None else tmp_path / f"broker{len(made)}"
-        proc = BrokerProcess(data_dir, port=port, overrides=overrides)
+        proc = BrokerProcess(data_dir, port=port, overrides=overrides, config_file=config_file)
         made.append(proc)
         if start:
             proc.start()

@@ -174,6 +174,28 @@ class BrokerConfig:
         for cb in list(self._listeners_cb):
             cb(name, value)
 
+    def replace_dynamic(self, configs: dict[str, str], *, cluster_default: bool = False) -> set[str]:
+        """Make one dynamic layer (this broker's, or with ``cluster_default`` the cluster-wide one)
+        equal to ``configs`` as the metadata store holds them; the names whose value changed. As
+        Kafka's DynamicBrokerConfig.fromPersistentProps, a stored value that is not valid (any
+        more) is left out with an error in the log, and the others still apply."""
+        layer = self.dynamic_default if cluster_default else self.dynamic
+        changed: set[str] = set()
+        for name in sorted(set(layer) | set(configs)):
+            value = configs.get(name)
+            if layer.get(name) == (None if value is None else value.strip()):
+                continue
+            try:
+                self.set_dynamic(name, value, cluster_default=cluster_default)
+            except ConfigError as e:
+                log.error("dynamic %s config %s=%r ignored: %s", "default cluster" if cluster_default else "broker",
+                          name, value, e)
+                if name not in layer:
+                    continue
+                self.set_dynamic(name, None, cluster_default=cluster_default)
+            changed.add(name)
+        return changed
+
     def add_change_listener(self, cb: Callable[[str, str | None], None]) -> None:
         """Called as cb(name, new_value_or_None) after every set_dynamic."""
         self._listeners_cb.append(cb)
@@ -298,54 +320,65 @@ class BrokerConfig:
             }
         return dict(cached)
 
-    def _synonyms(self, names: list[str], sensitive: bool = False, *,
-                  per_broker: bool = True) -> list[ConfigSynonym]:
-        """Kafka's synonym listing: every dynamic per-broker value of the names (in precedence
-        order; left out for the cluster-default resource), then dynamic cluster defaults, then
-        static values, then non-null defaults."""
+    def synonyms(self, name: str, sensitive: bool = False) -> list[ConfigSynonym]:
+        """Kafka's ConfigHelper.configSynonyms of a broker config: over its spellings
+        (``broker_synonyms``), every dynamic per-broker value, then the dynamic cluster defaults,
+        then the static values (file, --override), then the non-null defaults; dropped from the
+        front until the first entry named ``name`` (describing log.retention.hours leaves out a
+        leading log.retention.ms, and a list with no ``name`` entry at all is empty)."""
+        names = broker_synonyms(name, self.definition(name) is not None)
         out: list[ConfigSynonym] = []
         layers = (
-            (self.dynamic if per_broker else {}, ConfigSource.DYNAMIC_BROKER_CONFIG),
+            (self.dynamic, ConfigSource.DYNAMIC_BROKER_CONFIG),
             (self.dynamic_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
             (self.originals, ConfigSource.STATIC_BROKER_CONFIG),
-            ({n: BROKER_CONFIGS[n].default for n in names}, ConfigSource.DEFAULT_CONFIG),
+            ({n: BROKER_CONFIGS[n].default for n in names if n in BROKER_CONFIGS}, ConfigSource.DEFAULT_CONFIG),
         )
         for store, source in layers:
             for n in names:
                 v = store.get(n)
                 if v is not None:
                     out.append(ConfigSynonym(n, None if sensitive else v, source))
+        while out and out[0].name != name:
+            out.pop(0)
         return out
 
     # ---------------------------------------------------------------- DescribeConfigs (BROKER)
     def describe(self, names: Iterable[str] | None = None, *, cluster_default: bool = False) -> list[ConfigEntry]:
-        """DescribeConfigs of this broker (every config), or with ``cluster_default`` of the
-        cluster-default resource "": as Kafka's ConfigHelper, only the dynamic cluster defaults
-        that are set, with the per-broker layer left out of their synonyms."""
-        known = self.dynamic_default if cluster_default else BROKER_CONFIGS
-        wanted = list(known) if names is None else [n for n in names if n in known]
-        requested = None if names is None else set(names)
+        """DescribeConfigs of this broker (every config, and the listener-prefixed ones set in the
+        file or dynamically), or with ``cluster_default`` of the cluster-default resource "": as
+        Kafka's ConfigHelper, only the dynamic cluster defaults that are set, with their
+        DYNAMIC_DEFAULT_BROKER_CONFIG synonyms only."""
+        known: Iterable[str] = self.dynamic_default if cluster_default else BROKER_CONFIGS
+        if not cluster_default:
+            prefixed = [n for n in {**self.originals, **self.dynamic}
+                        if n not in BROKER_CONFIGS and n.startswith("listener.name.") and self.definition(n)]
+            known = [*known, *sorted(prefixed)]
+        known = list(known)
+        known_set = set(known)
+        wanted = known if names is None else [n for n in names if n in known_set]
         entries: list[ConfigEntry] = []
         for name in wanted:
-            d = BROKER_CONFIGS[name]
+            d = self.definition(name)
+            assert d is not None
             if cluster_default:
-                source = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
                 value = format_value(d.type, parse_value(name, d.type, self.dynamic_default[name]))
-            else:
-                source = self._source(name)
+            elif name in BROKER_CONFIGS:
                 value = format_value(d.type, self.get(name))
-            # A log.* config's synonyms are all spellings of the same topic default (retention
-            # ms/minutes/hours); like Kafka, those of higher precedence than `name` are dropped.
-            names = TOPIC_SYNONYMS[d.topic_name] if d.topic_name else [name]
-            synonyms = self._synonyms(names, d.sensitive, per_broker=not cluster_default)
-            while synonyms and synonyms[0].name != name:
-                synonyms.pop(0)
+            else:  # listener-prefixed: its raw value, as Kafka reports originals
+                value = self.dynamic.get(name, self.originals.get(name))
+            synonyms = self.synonyms(name, d.sensitive)
+            if cluster_default:
+                synonyms = [s for s in synonyms if s.source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG]
+            source = synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG
             entries.append(
                 ConfigEntry(
                     name=name,
                     value=None if d.sensitive else value,
                     source=source,
-                    read_only=not d.dynamic,
+                    # Kafka's !AllDynamicConfigs.contains(name): a listener-prefixed name is
+                    # reported read-only, though it is updated dynamically (with that name).
+                    read_only=not d.dynamic or name not in BROKER_CONFIGS,
                     is_default=source == ConfigSource.DEFAULT_CONFIG,
                     sensitive=d.sensitive,
                     config_type=d.config_type,
@@ -353,18 +386,6 @@ class BrokerConfig:
                     synonyms=synonyms,
                 )
             )
-        if not cluster_default:
-            # Dynamic listener-prefixed configs (listener.name.<l>.ssl...) are listed as Kafka does.
-            for name, raw in self.dynamic.items():
-                d = None if name in BROKER_CONFIGS or (requested is not None and name not in requested) \
-                    else self.definition(name)
-                if d is not None:
-                    entries.append(ConfigEntry(
-                        name=name, value=None if d.sensitive else raw, source=ConfigSource.DYNAMIC_BROKER_CONFIG,
-                        read_only=False, is_default=False, sensitive=d.sensitive, config_type=d.config_type,
-                        documentation=d.doc,
-                        synonyms=[ConfigSynonym(name, None if d.sensitive else raw,
-                                                ConfigSource.DYNAMIC_BROKER_CONFIG)]))
         return entries
 
     # ---------------------------------------------------------------- cluster id / meta.properties
@@ -403,6 +424,28 @@ class BrokerConfig:
                 os.fsync(f.fileno())
             os.replace(tmp, path)
         return cluster_id
+
+
+# DynamicBrokerConfig.brokerConfigSynonyms: the log.* configs described with the values of their
+# other spellings (the units of one topic default), highest precedence first.
+_SPELLINGS = {n: group for group in (
+    ["log.roll.ms", "log.roll.hours"],
+    ["log.roll.jitter.ms", "log.roll.jitter.hours"],
+    ["log.retention.ms", "log.retention.minutes", "log.retention.hours"],
+) for n in group}
+_SPELLINGS["log.flush.interval.ms"] = ["log.flush.interval.ms", "log.flush.scheduler.interval.ms"]
+
+
+def broker_synonyms(name: str, known_listener_config: bool = True) -> list[str]:
+    """Kafka's DynamicBrokerConfig.brokerConfigSynonyms(name, matchListenerOverride = true): the
+    names whose values describe ``name``: its spellings for a log.* time config, the base name
+    after it for a listener-prefixed one (``listener.name.<l>.ssl.keystore.location`` then
+    ``ssl.keystore.location``), else ``name`` alone."""
+    if name in _SPELLINGS:
+        return list(_SPELLINGS[name])
+    if name.startswith("listener.name.") and name not in BROKER_CONFIGS and known_listener_config:
+        return [name, name.split(".", 3)[3]]
+    return [name]
 
 
 def new_cluster_id() -> str:

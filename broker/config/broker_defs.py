@@ -134,12 +134,16 @@ _BROKER_DEFS: list[ConfigDef] = [
     _b("controller.quorum.voters", "list", "", "KRaft voter set (accepted and ignored: kbroker has no Raft quorum)."),
     _b("controller.quorum.bootstrap.servers", "list", "",
        "KRaft controller bootstrap addresses (accepted and ignored)."),
+    # Thread counts: dynamic (cluster-wide) as in Kafka, within Kafka's half-to-double rule
+    # (broker/handlers/configs.py), and without effect: kbroker has no such thread pools.
     _b("num.network.threads", "int", 3, "Network threads in Kafka (accepted and ignored: kbroker uses one event loop).",
-       at_least(1)),
-    _b("num.io.threads", "int", 8, "Request handler threads in Kafka (accepted and ignored).", at_least(1)),
+       at_least(1), dynamic=True),
+    _b("num.io.threads", "int", 8, "Request handler threads in Kafka (accepted and ignored).", at_least(1),
+       dynamic=True),
     _b("num.recovery.threads.per.data.dir", "int", 1, "Threads per data dir for log recovery (accepted and ignored).",
-       at_least(1)),
-    _b("log.cleaner.threads", "int", 1, "Log cleaner threads (kbroker runs cleaning in an executor).", at_least(0)),
+       at_least(1), dynamic=True),
+    _b("log.cleaner.threads", "int", 1, "Log cleaner threads (kbroker runs cleaning in an executor).", at_least(0),
+       dynamic=True),
     # --- topics
     _b("num.partitions", "int", 1, "Partition count for auto-created topics and CreateTopics without a count.",
        at_least(1)),

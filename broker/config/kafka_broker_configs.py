@@ -24,6 +24,7 @@ Type / Default / Update Mode rows of each ``<li>``, and compare with ``KAFKA_BRO
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 KAFKA_VERSION = "3.9"
@@ -370,3 +371,18 @@ DYNAMIC_SECURITY_CONFIGS = frozenset({
     "ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.password", "ssl.keystore.key",
     "ssl.keystore.certificate.chain", "ssl.truststore.certificates",
 })
+
+# DynamicBrokerConfig.ClusterLevelListenerConfigs: with a listener prefix these stay cluster-wide.
+_CLUSTER_LEVEL_LISTENER_CONFIGS = frozenset({"max.connections", "max.connection.creation.rate", "num.network.threads"})
+_LISTENER_PREFIXED = re.compile(r"listener\.name\.[^.]*\.(.*)")
+
+
+def per_broker_only(name: str) -> bool:
+    """Kafka's DynamicBrokerConfig.perBrokerConfigs: a config only a broker's own resource may set
+    (update mode per-broker, or a listener-prefixed name other than the cluster-level listener
+    configs); the cluster-default resource refuses it, and ignores it where it was stored anyway."""
+    row = KAFKA_BROKER_CONFIGS.get(name)
+    if row is not None:
+        return row.mode == PER_BROKER
+    m = _LISTENER_PREFIXED.fullmatch(name)
+    return m is not None and m.group(1) not in _CLUSTER_LEVEL_LISTENER_CONFIGS

@@ -73,13 +73,17 @@ def parse_topic_configs(props: dict[str, str]) -> dict[str, Any]:
 def describe_topic_config(
     overrides: dict[str, str], broker: BrokerConfig, names: Iterable[str] | None = None
 ) -> list[ConfigEntry]:
-    """DescribeConfigs for a TOPIC: overrides have source TOPIC_CONFIG (1); inherited values carry
-    the source of the broker synonym that supplied them (2/3/4) or DEFAULT_CONFIG (5)."""
+    """DescribeConfigs for a TOPIC, as Kafka's ConfigHelper.createTopicConfigEntry: an override
+    comes first with source TOPIC_CONFIG (1); then the synonyms of the broker config that supplies
+    the default (ServerTopicConfigSynonyms' first, e.g. log.retention.ms, described as a broker
+    config: its dynamic, static and default values over all its spellings, from its own name on).
+    The entry's source is the first synonym's, DEFAULT_CONFIG (5) without any. Kafka's rule has a
+    consequence kept here: retention.ms inherited from log.retention.hours alone lists no synonym
+    and reports DEFAULT_CONFIG (its value is the effective one all the same)."""
     wanted = list(TOPIC_CONFIGS) if names is None else [n for n in names if n in TOPIC_CONFIGS]
     entries: list[ConfigEntry] = []
     for name in wanted:
         d = TOPIC_CONFIGS[name]
-        default_value, synonym, syn_source = broker._topic_default_value(name)
         synonyms: list[ConfigSynonym] = []
         if name in overrides:
             try:
@@ -87,12 +91,12 @@ def describe_topic_config(
             except ConfigError:
                 # Stored before a rule tightened: report it as stored rather than failing Describe.
                 value = overrides[name]
-            source = ConfigSource.TOPIC_CONFIG
-            synonyms.append(ConfigSynonym(name, value, source))
+            synonyms.append(ConfigSynonym(name, value, ConfigSource.TOPIC_CONFIG))
         else:
-            value = format_value(d.type, default_value)
-            source = syn_source
-        synonyms += broker._synonyms(TOPIC_SYNONYMS.get(name, []))
+            value = format_value(d.type, broker._topic_default_value(name)[0])
+        if name in TOPIC_SYNONYMS:
+            synonyms += broker.synonyms(TOPIC_SYNONYMS[name][0], d.sensitive)
+        source = synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG
         entries.append(
             ConfigEntry(
                 name=name,
@@ -107,4 +111,3 @@ def describe_topic_config(
             )
         )
     return entries
-

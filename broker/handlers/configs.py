@@ -1,12 +1,20 @@
 """DescribeConfigs (32) v1-4, AlterConfigs (33) v0-2, IncrementalAlterConfigs (44) v0-1.
 
 Resources: TOPIC (2) and BROKER (4; name = this node's id, or "" for the cluster-wide dynamic
-default). Topic entries carry Kafka's sources (1 topic override, 4 static broker synonym,
-5 default, ...), synonyms when asked (v1+) and documentation (v3+). AlterConfigs replaces a
-topic's whole override set; IncrementalAlterConfigs applies SET / DELETE / APPEND / SUBTRACT
-per key. Changes are validated first (INVALID_CONFIG, nothing applied), persisted in the
-MetadataStore, and take effect on the live partitions at once. BROKER_LOGGER (8) is not
-supported (INVALID_REQUEST).
+default). Entries carry Kafka's sources (1 topic override, 2 per-broker dynamic, 3 cluster-wide
+dynamic default, 4 static: the properties file or --override, 5 default), synonyms when asked
+(v1+) and documentation (v3+). Synonyms follow Kafka's ConfigHelper: the values of a config's
+spellings layer by layer (2, 3, 4, 5) from its own name on; a listener-prefixed name's base name
+after it; on the cluster-default resource only layer 3; for a topic config its override first,
+then the synonyms of the broker config that supplies its default (so retention.ms inherited from
+log.retention.hours alone lists none, with source 5, as Kafka reports it); an entry's source is
+its first synonym's. AlterConfigs replaces a topic's whole override set; IncrementalAlterConfigs
+applies SET / DELETE / APPEND / SUBTRACT per key. Changes are validated first (INVALID_CONFIG,
+nothing applied), persisted in the MetadataStore, and take effect on the live partitions at once;
+a BROKER change is only written to the store, and every broker it concerns (the default: all;
+"<id>": that one) applies it from there (broker/config/dynamic_watch.py, as Kafka's brokers apply
+the controller's config records), this one before the answer. BROKER_LOGGER (8) is not supported
+(INVALID_REQUEST).
 
 Broker resources know every config of Kafka 3.9's broker definition (broker/config/
 kafka_broker_configs.py); the ones kbroker does not act on are stored, persisted and described
@@ -18,8 +26,11 @@ dynamically updated only per-listener using the listener prefix: Set(...)"), a v
 type, a per-broker config on the cluster default resource ("Cannot update these configs at default
 cluster level, broker id must be specified: Set(...)"). Deviation: a name Kafka does not define
 answers INVALID_CONFIG "Unknown broker config name" (Kafka stores any name; kbroker rejects typos).
-Configs kbroker acts on keep kbroker's own dynamic flag (listeners and the thread counts, dynamic
-in Kafka, are read-only here). Listener-prefixed names (``listener.name.<l>.ssl.*``,
+Configs kbroker acts on keep kbroker's own dynamic flag (listeners, advertised.listeners and
+listener.security.protocol.map, per-broker dynamic in Kafka, are read-only here: a broker does not
+rebind its listeners). The thread counts are dynamic as in Kafka, without effect, within Kafka's
+reconfiguration check (half to double the current value, else INVALID_REQUEST "Invalid dynamic
+configuration"). Listener-prefixed names (``listener.name.<l>.ssl.*``,
 ``listener.name.<l>.sasl.enabled.mechanisms``, for a listener of this broker) are per-broker; a
 change naming ``listener.name.<l>.ssl.keystore.*`` / ``ssl.key.password`` / ``ssl.truststore.*`` (the same
 value included) reloads that listener's certificate for new connections, after Kafka's
@@ -48,7 +59,7 @@ from broker.config import (
     describe_topic_config,
     validate_topic_configs,
 )
-from broker.config.kafka_broker_configs import DYNAMIC_SECURITY_CONFIGS, KAFKA_BROKER_CONFIGS, PER_BROKER
+from broker.config.kafka_broker_configs import DYNAMIC_SECURITY_CONFIGS, per_broker_only
 from broker.handlers import AclOperation, RequestContext, ResourceType, api
 from broker.services import BrokerServices
 from protocol.errors import ErrorCode, KafkaError
@@ -170,11 +181,30 @@ def _validate_broker_configs(cfg: BrokerConfig, props: dict[str, str], cluster_d
             raise KafkaError(ErrorCode.INVALID_REQUEST, str(e)) from None
     if cluster_default:
         # Listener-prefixed names are per-broker too (Kafka's perBrokerListenerConfig).
-        per_broker = [k for k in props if k in KAFKA_BROKER_CONFIGS and KAFKA_BROKER_CONFIGS[k].mode == PER_BROKER
-                      or k not in BROKER_CONFIGS]
+        per_broker = [k for k in props if per_broker_only(k)]
         if per_broker:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "Cannot update these configs at default cluster level, "
                                                         f"broker id must be specified: {_scala_set(per_broker)}")
+    _validate_reconfiguration(cfg, props, cluster_default)
+
+
+# Kafka's DynamicThreadPool, SocketServer and LogCleaner reconfigurables: a thread count may change
+# to between half and double its current value (at least 1).
+THREAD_COUNTS = ("num.io.threads", "num.network.threads", "num.recovery.threads.per.data.dir", "background.threads",
+                 "num.replica.fetchers", "log.cleaner.threads")
+
+
+def _validate_reconfiguration(cfg: BrokerConfig, props: dict[str, str], cluster_default: bool) -> None:
+    """Kafka's processReconfiguration(validateOnly = true): the effective values this broker would
+    take (the changed layer replaced by ``props``) checked by the reconfigurables concerned; a
+    refusal is INVALID_REQUEST "Invalid dynamic configuration", Kafka's message."""
+    own = cfg.dynamic if cluster_default else props
+    default = props if cluster_default else cfg.dynamic_default
+    for name in THREAD_COUNTS:
+        raw = own.get(name, default.get(name, cfg.originals.get(name, BROKER_CONFIGS[name].default)))
+        new, old = int(raw), int(cfg.get(name))
+        if new != old and (new < 1 or new < old // 2 or new > old * 2):
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "Invalid dynamic configuration")
 
 
 async def _alter(ctx: RequestContext, rtype: int, name: str, ops: list[tuple[str, int, str | None]],
@@ -197,7 +227,9 @@ async def _alter(ctx: RequestContext, rtype: int, name: str, ops: list[tuple[str
     elif rtype == BROKER:
         cluster_default = _check_broker_name(ctx, name)
         cfg = services.config
-        current = dict(cfg.dynamic_default if cluster_default else cfg.dynamic)
+        resource = None if cluster_default else services.node_id
+        # As Kafka's ConfigAdminManager: the change applies to what the metadata store holds.
+        current = services.metadata.broker_dynamic_configs(resource)
         try:
             new = _apply_ops({} if replace else current, ops, set())
         except ConfigError as e:
@@ -205,12 +237,9 @@ async def _alter(ctx: RequestContext, rtype: int, name: str, ops: list[tuple[str
         _validate_broker_configs(cfg, new, cluster_default)
         swap_tls = _prepare_tls_reload(services, current, new, [n for n, _, _ in ops], cluster_default)
         if not validate_only:
-            for key in set(current) | set(new):
-                if current.get(key) != new.get(key):
-                    cfg.set_dynamic(key, new.get(key), cluster_default=cluster_default)
-            stored = {k: v for k, v in cfg.dynamic.items()}
-            stored.update({f"cluster-default:{k}": v for k, v in cfg.dynamic_default.items()})
-            await services.metadata.set_broker_dynamic_configs(stored)
+            # Stored only: every broker it concerns (this one included) applies it from the store
+            # (broker/config/dynamic_watch.py); the write returns once this broker has.
+            await services.metadata.set_broker_dynamic_configs(resource, new)
             swap_tls()
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}")

@@ -5,8 +5,16 @@ that collide on '.'/'_' -> INVALID_TOPIC_EXCEPTION; existing -> TOPIC_ALREADY_EX
 num_partitions -1 means ``num.partitions``; zero or other negative counts -> INVALID_PARTITIONS;
 replication factor -1 means the default, anything above the live broker count ->
 INVALID_REPLICATION_FACTOR; bad configs -> INVALID_CONFIG; ``validate_only`` checks without
-creating. Manual replica assignments are accepted only when they name this broker. Internal
-topics cannot be deleted by clients. CreatePartitions can only grow a topic.
+creating. Internal topics cannot be deleted by clients. CreatePartitions can only grow a topic.
+
+Manual replica assignments (CreateTopics and CreatePartitions ``assignments``) are used as given,
+after Kafka's controller checks (cluster/placement.py, ReplicationControlManager's messages):
+INVALID_REPLICA_ASSIGNMENT for a count of CreatePartitions assignments other than the partitions
+added, an empty replica list, a broker that is not registered or listed twice, a replica count other
+than the topic's, every replica fenced or in controlled shutdown, a CreateTopics partition index
+given twice or indexes not 0..n-1; with assignments, CreateTopics' num_partitions and
+replication_factor must be -1 (INVALID_REQUEST). Nothing is created when a check fails. A single
+node is a one-broker cluster: only its own id is a valid replica, and it holds every partition.
 
 Size bounds (broker.admin_limits): as Kafka's controller, a CreateTopics asking for more than
 10,000 partitions in all, or whose topics would write more than 10,000 metadata records (one per
@@ -41,19 +49,14 @@ from broker.admin_limits import (
 from broker.config import ConfigError, describe_topic_config, validate_topic_configs
 from broker.handlers import AclOperation, RequestContext, ResourceType, api
 from cluster.metadata_store import INTERNAL_TOPICS, validate_topic_name
+from cluster.placement import check_added_partitions_assignment, check_new_topic_assignment
 from protocol.errors import ErrorCode, KafkaError
 
 CreatableTopicResult = CreateTopicsResponse.CreatableTopicResult
 
 
-def _check_replication(ctx: RequestContext, rf: int, assignments) -> None:
+def _check_replication(ctx: RequestContext, rf: int) -> None:
     live = {b.node_id for b in ctx.metadata.brokers()}
-    if assignments:
-        for a in assignments:
-            if not a.broker_ids or any(b not in live for b in a.broker_ids):
-                raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                 f"Replica assignment {a.broker_ids} names brokers that are not live")
-        return
     if rf == -1:
         return
     if rf <= 0:
@@ -89,7 +92,7 @@ async def handle_create_topics(ctx: RequestContext, request) -> CreateTopicsResp
         return _failed_request(v, request, e)
     results = []
     by_name = {t.name: t for t in request.topics}
-    planned: list[tuple[CreatableTopicResult, str, int, dict[str, str | None]]] = []
+    planned: list[tuple[CreatableTopicResult, str, int, dict[str, str | None], dict[int, list[int]] | None]] = []
     seen: set[str] = set()
     may_create_any = ctx.authorize_cluster(AclOperation.CREATE)
     for t in request.topics:
@@ -106,42 +109,52 @@ async def handle_create_topics(ctx: RequestContext, request) -> CreateTopicsResp
             if md.get_topic(t.name) is not None:
                 raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists.")
             md.check_collision(t.name)
-            if t.assignments and (t.num_partitions != -1 or t.replication_factor != -1):
-                raise KafkaError(ErrorCode.INVALID_REQUEST,
-                                 "Both numPartitions or replicationFactor and replicasAssignments were set.")
-            n = len(t.assignments) if t.assignments else t.num_partitions
+            assignment = None
+            if t.assignments:
+                # Kafka's controller (ReplicationControlManager.createTopic): the replica lists are
+                # used as given, once valid; the counts must then be left to them (-1).
+                if t.replication_factor != -1:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST, "A manual partition assignment was specified, but "
+                                                                "replication factor was not set to -1.")
+                if t.num_partitions != -1:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST, "A manual partition assignment was specified, but "
+                                                                "numPartitions was not set to -1.")
+                assignment = check_new_topic_assignment(
+                    [(a.partition_index, list(a.broker_ids)) for a in t.assignments],
+                    {b.node_id for b in md.brokers()}, md.eligible_leaders())
+            n = len(assignment) if assignment else t.num_partitions
             if n == -1:
                 n = default_partitions
             if n <= 0:
                 raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
-            _check_replication(ctx, t.replication_factor, t.assignments)
+            if assignment is None:
+                _check_replication(ctx, t.replication_factor)
             configs = {c.name: c.value for c in (t.configs or [])}
             try:
                 validate_topic_configs(configs)
             except ConfigError as e:
                 raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
-            planned.append((res, t.name, n, configs))
+            planned.append((res, t.name, n, configs, assignment))
         except KafkaError as e:
             res.error_code = e.code
             res.error_message = e.message
     try:
         # Kafka's BoundedList: the records the topics that passed their checks would write, with
         # validate_only too (the controller builds the records, then discards them).
-        check_records(sum(create_topic_records(n, len(configs)) for _, _, n, configs in planned))
+        check_records(sum(create_topic_records(n, len(configs)) for _, _, n, configs, _ in planned))
     except KafkaError as e:
         return _failed_request(v, request, e)
     validated = 0  # validate_only: partitions the request would add before this topic
-    for res, name, n, configs in planned:
+    for res, name, n, configs, assignment in planned:
         try:
             if request.validate_only:
                 if name not in INTERNAL_TOPICS:
                     admin.check_partition_limit(validated + n)
                     validated += n
             else:
-                t = by_name[name]  # cluster mode places replicas (a single node ignores both)
+                t = by_name[name]  # cluster mode places replicas (a single node holds every partition)
                 info = await admin.create_topic(name, n, configs, replication_factor=t.replication_factor,
-                                                 assignment={a.partition_index: list(a.broker_ids)
-                                                             for a in t.assignments or ()} or None)
+                                                 assignment=assignment)
                 res.topic_id = info.topic_id
             res.num_partitions = n
             res.replication_factor = len(md.replicas(name, 0)) or 1 if not request.validate_only else 1
@@ -206,38 +219,41 @@ async def handle_create_partitions(ctx: RequestContext, request) -> CreatePartit
     admin = ctx.services.topics
     md = ctx.metadata
     outcomes: list[tuple[str, ErrorCode, str | None]] = []
-    planned: list[tuple[int, str, int, int, bool]] = []  # (outcome index, topic, new total, added, internal)
+    # (outcome index, topic, new total, added, internal, manual assignment of the added partitions)
+    planned: list[tuple[int, str, int, int, bool, list[list[int]] | None]] = []
     for t in request.topics:
         try:
             if not ctx.authorize(AclOperation.ALTER, ResourceType.TOPIC, t.name):
                 raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             info = md.check_partition_increase(t.name, t.count)
+            added = t.count - info.num_partitions
+            assignment = None
             if t.assignments is not None:
-                if len(t.assignments) != t.count - info.num_partitions:
-                    raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                     f"Increasing the number of partitions by {t.count - info.num_partitions} but "
-                                     f"{len(t.assignments)} assignments provided.")
-                _check_replication(ctx, -1, t.assignments)
-            planned.append((len(outcomes), t.name, t.count, t.count - info.num_partitions, info.internal))
+                # Used as given once valid (Kafka's ReplicationControlManager.createPartitions), with
+                # the replication factor of the topic's partitions (those of its first, as Kafka).
+                assignment = check_added_partitions_assignment(
+                    [list(a.broker_ids) for a in t.assignments], added, info.num_partitions,
+                    len(md.replicas(t.name, 0)) or None, {b.node_id for b in md.brokers()}, md.eligible_leaders())
+            planned.append((len(outcomes), t.name, t.count, added, info.internal, assignment))
             outcomes.append((t.name, ErrorCode.NONE, None))
         except KafkaError as e:
             outcomes.append((t.name, e.code, e.message))
     try:
         # One PartitionRecord per added partition, bounded per request like Kafka's controller
         # (deviation: Kafka catches the overflow per topic; here the whole request fails).
-        check_records(sum(added for _, _, _, added, _ in planned))
+        check_records(sum(added for _, _, _, added, _, _ in planned))
     except KafkaError as e:
         outcomes = [(t.name, e.code, e.message) for t in request.topics]
         planned = []
     validated = 0
-    for i, name, count, added, internal in planned:
+    for i, name, count, added, internal, assignment in planned:
         try:
             if request.validate_only:
                 if not internal:
                     admin.check_partition_limit(validated + added)
                     validated += added
             else:
-                await admin.add_partitions(name, count)
+                await admin.add_partitions(name, count, assignment=assignment)
         except KafkaError as e:
             outcomes[i] = (name, e.code, e.message)
     return CreatePartitionsResponse(version=v, throttle_time_ms=0, results=[

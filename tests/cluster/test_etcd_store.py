@@ -98,11 +98,41 @@ async def test_concurrent_creators_one_wins(stores) -> None:
 async def test_broker_configs_and_features(stores) -> None:
     a, _ = await stores(1)
     b, _ = await stores(2)
+    heard: list[int | None] = []
+    b.add_broker_config_listener(heard.append)
     assert a.finalized_features() == {"transaction.version": 2} and a.features_epoch() == 1
     await a.set_finalized_feature("transaction.version", 1)
-    await a.set_broker_dynamic_configs({"log.cleaner.threads": "2"})
+    # One key per BROKER resource: the cluster-wide default and each broker's own set.
+    await a.set_broker_dynamic_configs(None, {"log.cleaner.threads": "2"})
+    await a.set_broker_dynamic_configs(1, {"message.max.bytes": "5000"})
     await wait_until(lambda: b.finalized_features() == {"transaction.version": 1} and b.features_epoch() == 2
-                     and b.broker_dynamic_configs() == {"log.cleaner.threads": "2"}, "features and configs in b")
+                     and b.broker_dynamic_configs(None) == {"log.cleaner.threads": "2"}
+                     and b.broker_dynamic_configs(1) == {"message.max.bytes": "5000"}, "features and configs in b")
+    assert b.broker_dynamic_configs(2) == {} and heard == [None, 1]
+    # Each change is computed from the view and guarded by its revision: a write made from a stale
+    # view (here: b's revision from before a's second change) is refused, not applied over a's.
+    rev = b._broker_config_rev[None]
+    await a.set_broker_dynamic_configs(None, {"log.cleaner.threads": "3"})
+    await wait_until(lambda: b.broker_dynamic_configs(None) == {"log.cleaner.threads": "3"}, "a's change in b")
+    b._broker_config_rev[None] = rev
+    with pytest.raises(KafkaError) as e:
+        await b.set_broker_dynamic_configs(None, {})
+    assert e.value.code == ErrorCode.REQUEST_TIMED_OUT
+    assert a.broker_dynamic_configs(None) == {"log.cleaner.threads": "3"}
+
+
+async def test_broker_configs_of_earlier_versions_are_read(stores) -> None:
+    """Before one key per resource, every broker wrote one object (defaults as "cluster-default:<name>")
+    and applied all of it at start: it is read as such until a resource gets its own key."""
+    a, _ = await stores(1)
+    doc = b'{"version": 1, "configs": {"cluster-default:min.insync.replicas": "2", "message.max.bytes": "7000"}}'
+    await a.session.client.put(a.keys.broker_configs, doc)
+    await wait_until(lambda: a.broker_dynamic_configs(None) == {"min.insync.replicas": "2"}, "the old defaults")
+    assert a.broker_dynamic_configs(1) == a.broker_dynamic_configs(3) == {"message.max.bytes": "7000"}
+    await a.set_broker_dynamic_configs(None, {"min.insync.replicas": "3"})
+    await a.set_broker_dynamic_configs(1, {})
+    assert a.broker_dynamic_configs(None) == {"min.insync.replicas": "3"} and a.broker_dynamic_configs(1) == {}
+    assert a.broker_dynamic_configs(3) == {"message.max.bytes": "7000"}
 
 
 async def test_view_recovers_changes_made_while_etcd_restarted(stores, etcd) -> None:
@@ -137,6 +167,33 @@ async def test_new_controller_moves_leadership_from_etcd_alone(sessions, stores)
         await wait_until(lambda: c.leader("m", 0) == 2 and c.leader_epoch("m", 0) == 1, "m-0 moved to node 2")
         assert c.isr("m", 0) == [2]
         assert c.leader("m", 1) == 2 and c.leader_epoch("m", 1) == 0  # led by a live broker: untouched
+    finally:
+        await controller.stop()
+        await election.stop()
+
+
+async def test_controller_follows_dynamic_unclean_leader_election(stores) -> None:
+    """unclean.leader.election.enable set as a cluster-wide dynamic default (through another
+    broker) reaches the controller without a restart: an offline partition whose only ISR member
+    died gets its out-of-sync replica as leader, as with KRaft's cluster config."""
+    a, _ = await stores(1)
+    b, _ = await stores(2)
+    await wait_until(lambda: len(a.brokers()) == 2, "both registered")
+    await a.create_topic("u", 1, {}, assignment={0: [1, 2]})
+    states = PartitionStateStore(a.session, a.keys)
+    s0 = await states.get("u", 0)
+    assert await states.update("u", 0, s0.partition_epoch, PartitionState(1, 0, (1,), 0))  # 2 out of sync
+    c, _ = await stores(3)
+    election = ControllerElection(c.session, c.keys, 3)
+    controller = Controller(c, election, PartitionStateStore(c.session, c.keys), interval_s=0.2)
+    election.start()
+    controller.start()
+    try:
+        await wait_until(election.is_controller, "node 3 controller")
+        await a.session.close()  # the only ISR member is gone: offline without unclean election
+        await wait_until(lambda: c.leader("u", 0) == -1, "u-0 offline")
+        await b.set_broker_dynamic_configs(None, {"unclean.leader.election.enable": "true"})
+        await wait_until(lambda: c.leader("u", 0) == 2 and c.isr("u", 0) == [2], "u-0 led by node 2 (unclean)")
     finally:
         await controller.stop()
         await election.stop()

@@ -67,7 +67,8 @@ def free_port() -> int:
 
 class BrokerProcess:
     def __init__(self, data_dir: Path, *, port: int | None = None, overrides: dict[str, str] | None = None,
-                 log_path: Path | None = None, python: str | None = None, env: dict[str, str] | None = None) -> None:
+                 log_path: Path | None = None, python: str | None = None, env: dict[str, str] | None = None,
+                 config_file: Path | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.port = port if port is not None else free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
@@ -75,6 +76,7 @@ class BrokerProcess:
         self.log_path = Path(log_path) if log_path is not None else self.data_dir.with_name(
             self.data_dir.name + ".broker.log")
         self.overrides = {**DEFAULT_OVERRIDES, **(overrides or {})}
+        self.config_file = config_file  # a server.properties file given to serve (the overrides win)
         self.python = python or sys.executable
         # Extra environment for the broker process (e.g. KBROKERTEST_CRASH_POINT fault injection); read at
         # every start, so a test can set it for one run and clear it before restarting.
@@ -93,6 +95,8 @@ class BrokerProcess:
             "log.dirs": str(self.data_dir),
         }
         cmd = [self.python, "-m", "broker", "serve"]
+        if self.config_file is not None:
+            cmd.append(str(self.config_file))
         for key, value in settings.items():
             cmd += ["--override", f"{key}={value}"]
         return cmd

@@ -131,9 +131,9 @@ def _incremental_raw(broker, name: str, entries: dict[str, str]):
 
 def test_cluster_default_takes_cluster_wide_configs_only(kb):
     admin = _admin(kb)
-    assert _incremental_raw(kb, "", {"num.replica.fetchers": "3"}) == (0, None)
+    assert _incremental_raw(kb, "", {"num.replica.fetchers": "2"}) == (0, None)
     entry = _describe(admin)["num.replica.fetchers"]
-    assert (entry.value, entry.source) == ("3", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+    assert (entry.value, entry.source) == ("2", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
     assert _incremental_raw(kb, "", {"sasl.kerberos.min.time.before.relogin": "58000"}) == (
         KafkaError.INVALID_REQUEST, "Cannot update these configs at default cluster level, broker id must be "
                                     "specified: Set(sasl.kerberos.min.time.before.relogin)")
@@ -154,3 +154,21 @@ def test_describe_cluster_default_lists_only_the_dynamic_defaults(kb):
         ("log.retention.ms", "7200000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)]
     assert ConfigSource.DYNAMIC_BROKER_CONFIG.value not in {s.source for s in res.configs[0].synonyms}
     assert _describe(admin)["log.retention.ms"].value == "3600000"  # broker "1" still sees its own
+
+
+def test_thread_counts_are_dynamic_within_kafkas_bounds(kb):
+    """Issue 33 item 1: Kafka's thread counts are cluster-wide dynamic configs (DynamicThreadPool,
+    SocketServer, LogCleaner) that may move to between half and double their current value; past
+    that, Kafka answers INVALID_REQUEST "Invalid dynamic configuration". kbroker has no such pools:
+    accepted, stored and described, without effect."""
+    admin = _admin(kb)
+    assert _incremental_raw(kb, "", {"num.io.threads": "16", "log.cleaner.threads": "2"}) == (0, None)
+    entries = _describe(admin)
+    assert (entries["num.io.threads"].value, entries["num.io.threads"].source) == (
+        "16", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+    assert _incremental_raw(kb, "1", {"num.io.threads": "33"}) == (
+        KafkaError.INVALID_REQUEST, "Invalid dynamic configuration")
+    assert _incremental_raw(kb, "", {"log.cleaner.threads": "5"}) == (
+        KafkaError.INVALID_REQUEST, "Invalid dynamic configuration")
+    assert _incremental_raw(kb, "1", {"num.network.threads": "0"})[0] == KafkaError.INVALID_REQUEST
+    assert _describe(admin)["num.io.threads"].value == "16"

@@ -112,7 +112,7 @@ def test_configs(broker, capsys) -> None:
     fails(capsys, configs.main, *b, "alter", "--topic", "no-such-topic", "--add-config", "retention.ms=1",
           expect="does not exist")
     fails(capsys, configs.main, *b, "alter", "--topic", topic, "--add-config", "bogus=1", expect="INVALID_CONFIG")
-    fails(capsys, configs.main, *b, "alter", "--broker", "1", "--add-config", "log.cleaner.threads=2",
+    fails(capsys, configs.main, *b, "alter", "--broker", "1", "--add-config", "log.cleaner.enable=false",
           expect="Cannot update these configs dynamically")
     fails(capsys, configs.main, *b, "describe", "--broker", "7", expect="broker 7 is not in the cluster")
     fails(capsys, configs.main, *b, "alter", "--entity-type", "users", "--add-config", "producer_byte_rate=1",

@@ -265,3 +265,37 @@ def test_consumer_before_start_with_reset_error_surfaces_it(kb):
         assert "out of range" in err.str().lower(), err.str()
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("resource", ["1", ""])
+def test_dynamic_broker_retention_default_reaches_existing_logs(kb, resource):
+    """Issue 33 item 1 on a single node: log.retention.ms changed dynamically (this broker's own
+    resource "1", or the cluster default "") applies at once to the logs of existing topics that
+    have no retention.ms of their own (Kafka's DynamicLogConfig.updateLogsConfig); a topic with the
+    override keeps its data. After a restart the stored value still applies."""
+    _create(kb, "dflt", {"segment.bytes": SEGMENT})
+    _create(kb, "own", {"segment.bytes": SEGMENT, "retention.ms": "86400000"})
+    for topic in ("dflt", "own"):
+        _produce(kb, topic, 0, 300)
+        assert len(_segments(kb, topic)) >= 3
+    if resource:
+        res = ConfigResource(ResourceType.BROKER, resource, incremental_configs=[
+            ConfigEntry("log.retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)])
+        _admin(kb).incremental_alter_configs([res])[res].result(10)
+    else:  # librdkafka refuses an empty resource name: a raw request
+        from kafka.protocol.admin import IncrementalAlterConfigsRequest
+
+        from tests.helpers.wire import send_request
+
+        R = IncrementalAlterConfigsRequest.AlterConfigsResource
+        req = IncrementalAlterConfigsRequest(version=1, validate_only=False, resources=[R(
+            version=1, resource_type=4, resource_name="", configs=[
+                R.AlterableConfig(version=1, name="log.retention.ms", config_operation=0, value="1000")])])
+        assert send_request(kb.bootstrap, req, 1).responses[0].error_code == 0
+    _wait_for(lambda: len(_segments(kb, "dflt")) == 1, "the dynamic log.retention.ms deleting old segments of dflt")
+    assert _earliest(kb, "dflt") == _segments(kb, "dflt")[0][0] > 0
+    assert _earliest(kb, "own") == 0 and len(_segments(kb, "own")) >= 3
+    kb.restart()
+    _produce(kb, "dflt", 300, 300)
+    _wait_for(lambda: len(_segments(kb, "dflt")) == 1, "the stored log.retention.ms applying after the restart")
+    assert _earliest(kb, "dflt") > 300

@@ -362,10 +362,16 @@ def test_describe_topic_sources():
     cp = entries["cleanup.policy"]
     assert (cp.value, cp.source, cp.is_default, cp.read_only) == ("compact", ConfigSource.TOPIC_CONFIG, False, False)
     assert [(s.name, s.source) for s in cp.synonyms] == [("cleanup.policy", 1), ("log.cleanup.policy", 5)]
+    # Kafka's ConfigHelper lists the synonyms of log.retention.ms (ServerTopicConfigSynonyms' first)
+    # from its own name on: with only log.retention.hours set there are none, and the source is
+    # DEFAULT_CONFIG; the value is the effective one all the same.
     rt = entries["retention.ms"]
-    assert (rt.value, rt.source, rt.is_default) == ("3600000", ConfigSource.STATIC_BROKER_CONFIG, False)
+    assert (rt.value, rt.source, rt.is_default, rt.synonyms) == ("3600000", ConfigSource.DEFAULT_CONFIG, True, [])
+    cfg.set_dynamic("log.retention.ms", "5000", cluster_default=True)
+    (rt,) = describe_topic_config({}, cfg, ["retention.ms"])
+    assert (rt.value, rt.source) == ("5000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
     assert [(s.name, s.value, s.source) for s in rt.synonyms] == [
-        ("log.retention.hours", "1", 4), ("log.retention.hours", "168", 5)]
+        ("log.retention.ms", "5000", 3), ("log.retention.hours", "1", 4), ("log.retention.hours", "168", 5)]
     sb = entries["segment.bytes"]
     assert (sb.value, sb.source) == ("2048", ConfigSource.DYNAMIC_BROKER_CONFIG)
     mb = entries["max.message.bytes"]

@@ -45,7 +45,7 @@ async def test_cancelled_changes_of_every_kind_stay_consistent(tmp_path, monkeyp
     store = LocalMetadataStore(tmp_path, BrokerInfo(1, "h", 1))
     await store.create_topic("keep", 1, {})
     changes = [store.add_partitions("keep", 3), store.set_topic_configs("keep", {"retention.ms": "5"}),
-               store.create_topic("new", 1, {}), store.set_broker_dynamic_configs({"x": "1"})]
+               store.create_topic("new", 1, {}), store.set_broker_dynamic_configs(1, {"x": "1"})]
     tasks = [asyncio.create_task(c) for c in changes]
     await asyncio.sleep(0.03)
     for t in tasks:
@@ -56,4 +56,4 @@ async def test_cancelled_changes_of_every_kind_stay_consistent(tmp_path, monkeyp
     assert set(store.topics()) == set(again.topics()) == {"keep", "new", "last"}
     assert store.get_topic("keep").num_partitions == again.get_topic("keep").num_partitions == 3
     assert store.get_topic("keep").configs == again.get_topic("keep").configs == {"retention.ms": "5"}
-    assert store.broker_dynamic_configs() == again.broker_dynamic_configs() == {"x": "1"}
+    assert store.broker_dynamic_configs(1) == again.broker_dynamic_configs(1) == {"x": "1"}
