@@ -173,6 +173,7 @@ class ProducerStateHook(Protocol):
     """Implemented by storage/producer_state.py; the log drives its reload and snapshots."""
 
     map_end_offset: int
+    last_snapshot_offset: int  # of the newest snapshot written or loaded (-1: none)
 
     def truncate_and_reload(self, log_start_offset: int, log_end_offset: int, now_ms: int) -> None: ...
 
@@ -213,6 +214,13 @@ class Log:
         self.recovery_point = 0
         self.leader_epoch_entries: list[tuple[int, int]] = []
         self._epoch_file = LeaderEpochCheckpointFile(dir / LEADER_EPOCH_CHECKPOINT)
+        # What the leader-epoch-checkpoint holds (None: unknown), and whether the entries changed
+        # while open() deferred writing them: load truncates epochs beyond the log end, and the
+        # broker often assigns the same epoch right after, so writing at load rewrote the file of
+        # every partition of a restarting broker for nothing.
+        self._epochs_on_disk: list[tuple[int, int]] | None = None
+        self._defer_epoch_writes = False
+        self._epochs_unwritten = False
         self._pending_deletes: list[tuple[int, Segment]] = []
         self._last_flush_ms = now_ms()
         self._roll_flush_offset = 0  # rolled segments below this wait for a flush
@@ -250,6 +258,7 @@ class Log:
         if not self.segments:
             self._add_segment(self._new_segment(log_start_offset, now))
         self._read_leader_epochs()
+        self._defer_epoch_writes = True
         self._recover(needs_rebuild, recovery_point, clean_shutdown)
         last = self.segments[-1]
         self.log_end_offset = last.read_next_offset()
@@ -267,6 +276,7 @@ class Log:
         self._roll_flush_offset = self.recovery_point
         self._truncate_epochs_from_end(self.log_end_offset)
         self._truncate_epochs_from_start(self.log_start_offset)
+        self._defer_epoch_writes = False
         self._rebuild_producer_state(now)
         return self
 
@@ -364,6 +374,7 @@ class Log:
     def _read_leader_epochs(self) -> None:
         try:
             self.leader_epoch_entries = self._epoch_file.read()
+            self._epochs_on_disk = list(self.leader_epoch_entries)
         except CheckpointError as e:
             log.warning("%s: ignoring malformed leader epoch checkpoint: %s", self.dir, e)
             self.leader_epoch_entries = []
@@ -932,7 +943,14 @@ class Log:
         them within a second: a power loss before that leaves the old file, whose extra entries
         load truncates away again, or a torn one, which load ignores with a warning, re-adding
         the epochs of the batches it recovers."""
+        if self._defer_epoch_writes:
+            self._epochs_unwritten = True
+            return
+        self._epochs_unwritten = False
+        if self.leader_epoch_entries == self._epochs_on_disk:
+            return
         self._epoch_file.write(self.leader_epoch_entries, sync=sync)
+        self._epochs_on_disk = list(self.leader_epoch_entries)
         if not sync:
             self._dir_dirty = True  # the rename
             if (-1, self._epoch_file.path) not in self._unsynced_files:
@@ -992,13 +1010,19 @@ class Log:
         for _, seg in self._pending_deletes:
             seg.delete_files()
         self._pending_deletes = []
+        if self._epochs_unwritten:
+            self._write_epochs(sync=False)  # fsynced just below
         for _, path in self._unsynced_files:
             fsync_file(path)
         if self._unsynced_files:
             fsync_dir(self.dir)
         self._unsynced_files = []
-        if self.producer_state is not None:
-            self.producer_state.take_snapshot(self.log_end_offset)  # synced, dir included
+        ps = self.producer_state
+        # Nothing to keep for an empty log (a snapshot at its start is dropped at load), nor when
+        # the newest snapshot is already at the log end (nothing was appended since).
+        if ps is not None and self.log_end_offset > self.log_start_offset \
+                and ps.last_snapshot_offset != self.log_end_offset:
+            ps.take_snapshot(self.log_end_offset)  # synced, dir included
 
     def delete(self) -> None:
         """Remove the partition: rename the dir ``<topic>-<p>.<uuid>-delete``, then delete it."""

@@ -307,6 +307,10 @@ class ProducerStateManager:
         # first offset -> (producer id, marker offset). Only consulted when a caller passes the HW.
         self._unreplicated: dict[int, tuple[int, int]] = {}
         self.map_end_offset = 0
+        # The offset of the newest snapshot on disk this state was loaded from or written to
+        # (-1: none known), so that a close with nothing new writes none (Kafka's takeSnapshot
+        # checks lastMapOffset > lastSnapOffset the same way).
+        self.last_snapshot_offset = -1
         self._tp = self.partition_dir.name
 
     # --- snapshots / recovery ------------------------------------------------------------
@@ -324,6 +328,8 @@ class ProducerStateManager:
         return offsets[-1] if offsets else None
 
     def _delete_snapshot(self, offset: int) -> None:
+        if offset == self.last_snapshot_offset:
+            self.last_snapshot_offset = -1
         try:
             snapshot_path(self.partition_dir, offset).unlink()
         except FileNotFoundError:
@@ -365,8 +371,9 @@ class ProducerStateManager:
             for first, pid in sorted(txns):
                 self._ongoing[first] = pid
             self.map_end_offset = off
-            log.info("%s: loaded producer state for %d producers from snapshot at offset %d",
-                     self._tp, len(self.producers), off)
+            self.last_snapshot_offset = off
+            log.debug("%s: loaded producer state for %d producers from snapshot at offset %d",
+                      self._tp, len(self.producers), off)
             return
         self.map_end_offset = log_start_offset
 
@@ -379,6 +386,7 @@ class ProducerStateManager:
         self.partition_dir.mkdir(parents=True, exist_ok=True)
         path = snapshot_path(self.partition_dir, offset)
         write_snapshot_file(path, self.producers.values(), sync=sync)
+        self.last_snapshot_offset = offset
         return path
 
     def delete_snapshots_below(self, offset: int) -> None:

@@ -207,6 +207,7 @@ def test_replace_segments_and_interrupted_swap(tmp_path: Path) -> None:
 class FakeProducerState:
     def __init__(self, snapshot_at: int = 0) -> None:
         self.map_end_offset = snapshot_at
+        self.last_snapshot_offset = -1
         self.calls: list[tuple] = []
         self.replayed: list[int] = []
 
