@@ -358,3 +358,78 @@ def _decode_fetch_v12(buf: memoryview) -> FetchResponseIn:
         topics.append(FetchTopicIn(name, parts))
     _skip_tags(buf, pos)  # top-level tagged fields (node endpoints)
     return FetchResponseIn(throttle, error, session, topics)
+
+
+# --- MetadataResponse ----------------------------------------------------------------------------
+
+# (error_code, partition_index, leader_id, leader_epoch, replica_nodes, isr_nodes, offline_replicas)
+MetadataPartitionOut = tuple[int, int, int, int, list[int], list[int], list[int]]
+# (error_code, name, topic_id (uuid or None), is_internal, partitions, authorized_operations)
+MetadataTopicOut = tuple[int, "str | None", object, bool, list[MetadataPartitionOut], int]
+
+_INT32_MIN = -(2**31)
+_PART_META = struct.Struct(">hiii")
+_PART_META_V0 = struct.Struct(">hii")
+
+
+def _str(value: str | None, flexible: bool) -> bytes:
+    if value is None:
+        return b"\0" if flexible else _I16.pack(-1)
+    raw = value.encode()
+    return (_enc_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
+
+
+def _count(n: int, flexible: bool) -> bytes:
+    return _enc_uvarint(n + 1) if flexible else _I32.pack(n)
+
+
+def _int32s(values: list[int], flexible: bool) -> bytes:
+    return _count(len(values), flexible) + struct.pack(f">{len(values)}i", *values)
+
+
+def encode_metadata_response(version: int, brokers: list[tuple[int, str, int, str | None]], cluster_id: str | None,
+                             controller_id: int, topics: list[MetadataTopicOut],
+                             cluster_authorized_operations: int = _INT32_MIN) -> bytes:
+    """MetadataResponse v0-v12 body (Kafka's MetadataResponse.json) from plain tuples: a response
+    for ten thousand partitions is built in a few milliseconds instead of through one generic
+    struct object per partition. Authorized operations of INT32_MIN mean "not requested"."""
+    flexible = version >= 9
+    out = bytearray()
+    if version >= 3:
+        out += _I32.pack(0)  # throttle_time_ms
+    out += _count(len(brokers), flexible)
+    for node, host, port, rack in brokers:
+        out += _I32.pack(node) + _str(host, flexible) + _I32.pack(port)
+        if version >= 1:
+            out += _str(rack, flexible)
+        if flexible:
+            out += b"\0"
+    if version >= 2:
+        out += _str(cluster_id, flexible)
+    if version >= 1:
+        out += _I32.pack(controller_id)
+    out += _count(len(topics), flexible)
+    tags = b"\0" if flexible else b""
+    for error, name, topic_id, internal, parts, ops in topics:
+        out += _I16.pack(error) + _str(name, flexible)
+        if version >= 10:
+            out += topic_id.bytes if topic_id is not None else bytes(16)  # type: ignore[attr-defined]
+        if version >= 1:
+            out.append(1 if internal else 0)
+        out += _count(len(parts), flexible)
+        for p_error, index, leader, epoch, replicas, isr, offline in parts:
+            if version >= 7:
+                out += _PART_META.pack(p_error, index, leader, epoch)
+            else:
+                out += _PART_META_V0.pack(p_error, index, leader)
+            out += _int32s(replicas, flexible) + _int32s(isr, flexible)
+            if version >= 5:
+                out += _int32s(offline, flexible)
+            out += tags
+        if version >= 8:
+            out += _I32.pack(ops)
+        out += tags
+    if 8 <= version <= 10:
+        out += _I32.pack(cluster_authorized_operations)
+    out += tags
+    return bytes(out)

@@ -99,3 +99,36 @@ def test_fetch_v12_decode_agrees_with_kafka_python_and_keeps_records_in_place():
     assert (p2.diverging_epoch.epoch, p2.diverging_epoch.end_offset) == (4, 77)
     with pytest.raises(DecodeError):
         decode_fetch_response(memoryview(body[:40]), 12)
+
+
+def _bits(value: int) -> set[int] | None:
+    """kafka-python's "bitfield": a set of bit positions, None for INT32_MIN ("not requested")."""
+    return None if value == -2147483648 else {i for i in range(32) if value >> i & 1}
+
+
+@pytest.mark.parametrize("version", range(0, 13))
+def test_metadata_encode_matches_kafka_python(version):
+    from kafka.protocol.metadata import MetadataResponse
+
+    from protocol.fast_codecs import encode_metadata_response
+
+    tid = uuid.uuid4()
+    brokers = [(1, "127.0.0.1", 9092, None), (2, "h2", 9093, "rack-b")]
+    parts = [(0, 0, 1, 3, [1, 2], [1, 2], []), (5, 1, -1, 4, [2, 1], [2], [1])]
+    topics = [(0, "orders", tid, False, parts, -2147483648), (3, "gone", None, False, [], 1234),
+              (0, "__consumer_offsets", uuid.uuid4(), True, parts[:1], 8)]
+    if version >= 12:
+        topics.append((100, None, uuid.uuid4(), False, [], -2147483648))  # an unknown topic id
+    ours = encode_metadata_response(version, brokers, "cid", 2, topics, 77 if 8 <= version <= 10 else -2147483648)
+    T = MetadataResponse.MetadataResponseTopic
+    P = T.MetadataResponsePartition
+    resp = MetadataResponse(version=version, throttle_time_ms=0, brokers=[
+        MetadataResponse.MetadataResponseBroker(version=version, node_id=n, host=h, port=p, rack=r)
+        for n, h, p, r in brokers], cluster_id="cid", controller_id=2, topics=[
+        T(version=version, error_code=e, name=name, topic_id=t_id, is_internal=internal, partitions=[
+            P(version=version, error_code=pe, partition_index=i, leader_id=leader, leader_epoch=epoch,
+              replica_nodes=r, isr_nodes=isr, offline_replicas=off) for pe, i, leader, epoch, r, isr, off in ps],
+          authorized_operations=_bits(ops))
+        for e, name, t_id, internal, ps, ops in topics],
+        authorized_operations=_bits(77) if 8 <= version <= 10 else None, error_code=0)
+    assert ours == bytes(resp.encode(version=version))
