@@ -8,13 +8,15 @@ coordinators creating their internal topics.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 
 from broker.admin_limits import MAX_PARTITIONS_CONFIG, check_broker_partitions
 from broker.config import BrokerConfig
 from broker.replica_manager import ReplicaManager
-from cluster.metadata_store import INTERNAL_TOPICS, MetadataStore, TopicInfo
+from cluster.metadata_store import INTERNAL_TOPICS, MetadataStore, NewTopic, TopicInfo
+from protocol.errors import KafkaError
 
 
 class TopicAdmin:
@@ -40,6 +42,42 @@ class TopicAdmin:
             info = await self.metadata.create_topic(name, num_partitions, configs, internal=internal, **placement)
         await self.partitions.wait_created(info.name)
         return info
+
+    async def create_topics(self, topics: list[tuple[str, int, dict[str, str], int, dict[int, list[int]] | None]]
+                            ) -> dict[str, TopicInfo | KafkaError]:
+        """CreateTopics: (name, partitions, configs, replication factor, assignment) each, registered
+        in one metadata change, then awaited until their partitions exist here. Each topic's
+        TopicInfo, or the error that refused it (kbroker.max.partitions is checked topic by topic,
+        counting the ones before it)."""
+        out: dict[str, TopicInfo | KafkaError] = {}
+        wanted: list[NewTopic] = []
+        adding = 0
+        for name, n, configs, rf, assignment in topics:
+            internal = name in INTERNAL_TOPICS
+            if not internal:
+                try:
+                    self.check_partition_limit(adding + n)
+                except KafkaError as e:
+                    out[name] = e
+                    continue
+                adding += n
+            placement = {"replication_factor": rf, "assignment": assignment} if self.clustered else {}
+            wanted.append(NewTopic(name, n, configs, internal, placement))
+        self._reserved += adding
+        try:
+            results = await self.metadata.create_topics(wanted) if wanted else []
+        finally:
+            self._reserved -= adding
+        for t, res in zip(wanted, results, strict=True):
+            out[t.name] = res
+        created = [t.name for t, res in zip(wanted, results, strict=True) if isinstance(res, TopicInfo)]
+        waits = await asyncio.gather(*(self.partitions.wait_created(n) for n in created), return_exceptions=True)
+        for name, err in zip(created, waits, strict=True):
+            if isinstance(err, KafkaError):
+                out[name] = err
+            elif isinstance(err, BaseException):
+                raise err
+        return out
 
     async def delete_topic(self, name: str) -> TopicInfo:
         """Unregister the topic (it stops being served at once), then wait until its files are

@@ -23,7 +23,9 @@ from cluster.metadata_store import (
     NEW_CLUSTER_FEATURES,
     BrokerInfo,
     MetadataStore,
+    NewTopic,
     TopicInfo,
+    unify_collision_chars,
 )
 from protocol.errors import ErrorCode, KafkaError
 from security import quotas as client_quotas
@@ -192,6 +194,38 @@ class LocalMetadataStore(MetadataStore):
             self._by_id[info.topic_id] = info
             self._notify("created", info)
             return info
+
+        return await self._serialised(change)
+
+    async def create_topics(self, topics: list[NewTopic]) -> list[TopicInfo | KafkaError]:
+        """All the request's topics in one write of the file (a CreateTopics of fifty topics cost
+        fifty rewrites of every topic's entry and their fsyncs)."""
+        async def change() -> list[TopicInfo | KafkaError]:
+            out: list[TopicInfo | KafkaError] = []
+            new: dict[str, TopicInfo] = {}
+            for t in topics:
+                try:
+                    if t.name in self._topics or t.name in new:
+                        raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists.")
+                    self.check_collision(t.name)
+                    unified = unify_collision_chars(t.name)
+                    other = next((n for n in new if unify_collision_chars(n) == unified), None)
+                    if other is not None:
+                        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                         f"Topic '{t.name}' collides with existing topic: {other}")
+                    info = TopicInfo(t.name, uuid.uuid4(), t.num_partitions, dict(t.configs),
+                                     t.internal or t.name in INTERNAL_TOPICS)
+                    new[t.name] = info
+                    out.append(info)
+                except KafkaError as e:
+                    out.append(e)
+            if new:
+                await self._persist([*self._topics.values(), *new.values()], self._broker_configs)
+                for info in new.values():
+                    self._topics[info.name] = info
+                    self._by_id[info.topic_id] = info
+                    self._notify("created", info)
+            return out
 
         return await self._serialised(change)
 

@@ -14,6 +14,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from protocol.errors import ErrorCode, KafkaError
 from security import quotas as client_quotas
@@ -79,6 +80,18 @@ class TopicInfo:
     def from_json(cls, d: dict) -> TopicInfo:
         return cls(d["name"], uuid.UUID(d["topic_id"]), d["num_partitions"], dict(d.get("configs", {})),
                    d.get("internal", False))
+
+
+@dataclass(slots=True)
+class NewTopic:
+    """One topic of a CreateTopics request, for ``MetadataStore.create_topics``. ``placement``:
+    ``replication_factor`` / ``assignment`` for cluster stores (empty for a single node)."""
+
+    name: str
+    num_partitions: int
+    configs: dict[str, str]
+    internal: bool = False
+    placement: dict[str, Any] = field(default_factory=dict)
 
 
 # Listener signature: (event, topic_info) with event in {"created", "deleted", "partitions", "configs",
@@ -152,6 +165,18 @@ class MetadataStore(ABC):
                            *, internal: bool = False) -> TopicInfo:
         """Cluster stores also take ``replication_factor`` (-1: default.replication.factor) and
         ``assignment`` (partition -> replicas, as CreateTopics' manual assignment)."""
+
+    async def create_topics(self, topics: list[NewTopic]) -> list[TopicInfo | KafkaError]:
+        """Register several topics (one CreateTopics request): each one's TopicInfo, or the error
+        that refused it alone. Stores that can write them at once override this."""
+        out: list[TopicInfo | KafkaError] = []
+        for t in topics:
+            try:
+                out.append(await self.create_topic(t.name, t.num_partitions, t.configs, internal=t.internal,
+                                                   **t.placement))
+            except KafkaError as e:
+                out.append(e)
+        return out
 
     @abstractmethod
     async def delete_topic(self, name: str) -> TopicInfo: ...

@@ -48,7 +48,7 @@ from broker.admin_limits import (
 )
 from broker.config import ConfigError, describe_topic_config, validate_topic_configs
 from broker.handlers import AclOperation, RequestContext, ResourceType, api
-from cluster.metadata_store import INTERNAL_TOPICS, validate_topic_name
+from cluster.metadata_store import INTERNAL_TOPICS, TopicInfo, validate_topic_name
 from cluster.placement import check_added_partitions_assignment, check_new_topic_assignment
 from protocol.errors import ErrorCode, KafkaError
 
@@ -144,17 +144,23 @@ async def handle_create_topics(ctx: RequestContext, request) -> CreateTopicsResp
         check_records(sum(create_topic_records(n, len(configs)) for _, _, n, configs, _ in planned))
     except KafkaError as e:
         return _failed_request(v, request, e)
+    created: dict[str, TopicInfo | KafkaError] = {}
+    if not request.validate_only:
+        # One metadata change for the whole request, as Kafka's controller writes one batch of
+        # records (cluster mode places replicas; a single node holds every partition).
+        created = await admin.create_topics([(name, n, configs, by_name[name].replication_factor, assignment)
+                                             for _, name, n, configs, assignment in planned])
     validated = 0  # validate_only: partitions the request would add before this topic
-    for res, name, n, configs, assignment in planned:
+    for res, name, n, configs, _ in planned:
         try:
             if request.validate_only:
                 if name not in INTERNAL_TOPICS:
                     admin.check_partition_limit(validated + n)
                     validated += n
             else:
-                t = by_name[name]  # cluster mode places replicas (a single node holds every partition)
-                info = await admin.create_topic(name, n, configs, replication_factor=t.replication_factor,
-                                                 assignment=assignment)
+                info = created[name]
+                if isinstance(info, KafkaError):
+                    raise info
                 res.topic_id = info.topic_id
             res.num_partitions = n
             res.replication_factor = len(md.replicas(name, 0)) or 1 if not request.validate_only else 1
