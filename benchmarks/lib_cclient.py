@@ -120,13 +120,13 @@ COMMON = ["-X", "message.timeout.ms=60000", "-X", "sticky.partitioning.linger.ms
 
 
 def produce_consume(bootstrap: str, broker_pid: int | None, *, records: int, size: int = 1024,
-                    timeout: float = 180) -> dict[str, dict[str, Any]]:
-    """Produce ``records`` values with the C tool into a fresh 4-partition topic, then consume them.
+                    timeout: float = 180, partitions: int = PARTITIONS) -> dict[str, dict[str, Any]]:
+    """Produce ``records`` values with the C tool into a fresh topic (4 partitions by default), then consume them.
     Returns ``{"c_produce": figures, "c_consume": figures}``."""
     if not available():
         raise WorkloadError(f"{BINARY} not built (make bench builds it; see benchmarks/build_rdkafka_perf.sh)")
     topic = unique("cperf")
-    create_topic(bootstrap, topic)
+    create_topic(bootstrap, topic, partitions)
     exe = str(BINARY)
     out, usage = _run_metered([exe, "-P", "-t", topic, "-b", bootstrap, "-s", str(size), "-c", str(records),
                                "-a", "-1", "-z", "none", *COMMON], broker_pid, timeout)
@@ -140,7 +140,7 @@ def produce_consume(bootstrap: str, broker_pid: int | None, *, records: int, siz
     prod = {"topic": topic, "records": delivered, "records_per_s": delivered / wall,
             "mb_per_s": float(m.group(7)), "tool_ms": int(ms), "usage": usage}
 
-    parts = [a for p in range(PARTITIONS) for a in ("-p", str(p))]
+    parts = [a for p in range(partitions) for a in ("-p", str(p))]
     out, usage = _run_metered([exe, "-C", "-t", topic, "-b", bootstrap, *parts, "-o", "beginning",
                                "-c", str(records)], broker_pid, timeout)
     m = _last(_CONSUMED, out)

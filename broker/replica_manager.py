@@ -66,6 +66,9 @@ class ReplicaManager:
         self.env = env
         self.log_manager = log_manager
         self.partitions: dict[tuple[str, int], Partition] = {}
+        # topic -> its partitions held here (kept with ``partitions``): per-topic work (a metadata
+        # event, deletion, a config change) must not walk every partition of the broker.
+        self._by_topic: dict[str, dict[int, Partition]] = {}
         self._on_role_change = on_role_change
         self._creating: dict[str, asyncio.Task[None]] = {}  # topic -> its creation job
         self._deleting: dict[str, asyncio.Task[None]] = {}  # topic -> the job deleting its files
@@ -187,13 +190,12 @@ class ReplicaManager:
             return
         if any((topic, p) not in self.partitions and self.is_local(topic, p) for p in range(info.num_partitions)):
             self.start_creation(topic, info.topic_id)
-        gone = [k for k in self.partitions if k[0] == topic and not self.is_local(*k)]
+        gone = [(topic, p) for p in self._by_topic.get(topic, ()) if not self.is_local(topic, p)]
         if gone:
             self._drop_replicas(gone)
-        for (t, _p), part in list(self.partitions.items()):
-            if t == topic:
-                self.apply_role(part)
-                part.wake_waiters()
+        for part in list(self._by_topic.get(topic, {}).values()):
+            self.apply_role(part)
+            part.wake_waiters()
 
     def apply_role(self, part: Partition) -> None:
         """Lead, follow or idle according to metadata (Kafka's makeLeader / makeFollower)."""
@@ -255,6 +257,11 @@ class ReplicaManager:
         logs = []
         for key in keys:
             part = self.partitions.pop(key)
+            parts = self._by_topic.get(key[0])
+            if parts is not None:
+                parts.pop(key[1], None)
+                if not parts:
+                    del self._by_topic[key[0]]
             self.fetchers.remove(part)
             if part.leader_state is not None:
                 part.leader_state.fail_waiters(code)
@@ -301,6 +308,7 @@ class ReplicaManager:
             lg.assign_leader_epoch(epoch, lg.log_end_offset)
             part.leader_epoch = epoch
         self.partitions[(topic, p)] = part
+        self._by_topic.setdefault(topic, {})[p] = part
         return part
 
     def start_creation(self, topic: str, topic_id: uuid.UUID) -> None:
@@ -419,7 +427,7 @@ class ReplicaManager:
         if job is not None:
             job.cancel()
         self.topic_stats.remove_topic(topic)
-        logs = self._detach([k for k in self.partitions if k[0] == topic], ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        logs = self._detach([(topic, p) for p in self._by_topic.get(topic, ())], ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         if logs:
             previous = self._deleting.get(topic)
             job = asyncio.create_task(self._delete_logs(topic, logs, previous), name=f"delete-{topic}")
@@ -456,10 +464,9 @@ class ReplicaManager:
     def update_configs(self, topic: str, configs: dict[str, str]) -> None:
         log_config = topic_log_config(configs, self.env.config)
         max_bytes = topic_max_message_bytes(configs, self.env.config)
-        for (t, _), part in self.partitions.items():
-            if t == topic:
-                part.log.update_config(log_config)
-                part.max_message_bytes = max_bytes
+        for part in self._by_topic.get(topic, {}).values():
+            part.log.update_config(log_config)
+            part.max_message_bytes = max_bytes
 
     async def wait_flushes(self) -> None:
         """Wait until no flush is in flight (shutdown: the final synchronous flush of every log

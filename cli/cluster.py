@@ -1,10 +1,11 @@
 """`kbroker cluster`: a local kbroker cluster for development — etcd and N brokers on 127.0.0.1.
 
-``up --dir DIR [--brokers N] [--etcd-nodes M] [--base-port P] [--config FILE] [--override k=v ...]``
+``up --dir DIR [--brokers N|auto] [--etcd-nodes M] [--base-port P] [--config FILE] [--override k=v ...]``
 starts an etcd cluster of M members (default 1; the Debian package ``etcd-server``, a clear error
 names it when the binary is missing) — member i on ports P+100+2(i-1) (clients) and P+101+2(i-1)
 (peers), its data in ``DIR/etcd`` (one member) or ``DIR/etcd-<i>`` — then N brokers (default 3) as
-background processes: node ids 1..N on ports P..P+N-1, each with ``DIR/node-<id>/server.properties``
+background processes (``--brokers auto``: one per core of the host, since a kbroker process uses
+one core; docs/operations.md says when that pays): node ids 1..N on ports P..P+N-1, each with ``DIR/node-<id>/server.properties``
 (so ``kbroker serve DIR/node-<id>/server.properties`` restarts one by hand) and its log in
 ``DIR/node-<id>/broker.log``. Every broker gets the same configs: the cluster's defaults (replication
 factors fitted to N), then the properties of ``--config FILE``, then the ``--override`` flags; each
@@ -220,6 +221,16 @@ def _overrides(items: list[str] | None) -> dict[str, str]:
             raise ClusterCliError(f"{key} is set per node by kbroker cluster and cannot be overridden")
         out[key] = value.strip()
     return out
+
+
+def _brokers(value: str) -> int:
+    """--brokers N, or 'auto': one broker process per core (a kbroker process uses one core)."""
+    if value == "auto":
+        return os.cpu_count() or 1
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {value!r}") from None
 
 
 def _settings(args: argparse.Namespace, recorded: dict | None) -> dict:
@@ -455,7 +466,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="action", required=True)
     up = sub.add_parser("up", help="start etcd and N brokers (again, after down, with the same settings)")
     up.add_argument("--dir", required=True)
-    up.add_argument("--brokers", type=int, help=f"number of brokers (default {DEFAULTS['brokers']})")
+    up.add_argument("--brokers", type=_brokers,
+                    help=f"number of brokers, or 'auto': one per core of this host, os.cpu_count() "
+                         f"(default {DEFAULTS['brokers']})")
     up.add_argument("--etcd-nodes", type=int, help="members of the etcd cluster (default 1)")
     up.add_argument("--base-port", type=int,
                     help="first broker port (default 9092); etcd member i uses base+100+2(i-1) and the next")
