@@ -147,8 +147,12 @@ def produce(bootstrap: str, broker_pid: int | None, *, records: int, size: int, 
 # -- consume ----------------------------------------------------------------------------------------
 def consume(bootstrap: str, broker_pid: int | None, *, topic: str, expected: int, size: int
             ) -> dict[str, Any]:
+    # fetch.queue.backoff.ms: when its local queue holds queued.max.messages.kbytes (64 MB),
+    # librdkafka stops fetching for this long (1 s by default). Several brokers answering at once
+    # fill it faster than a Python loop drains it, and the brokers then sat idle for a second at a
+    # time (docs/operations.md, "Consumers of a cluster"); 10 ms resumes as soon as there is room.
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("bench-consume"),
-                  "enable.auto.commit": False, "enable.partition.eof": False})
+                  "enable.auto.commit": False, "enable.partition.eof": False, "fetch.queue.backoff.ms": 10})
     try:
         c.list_topics(topic, timeout=10)  # connection + metadata outside the measurement
         got = 0

@@ -44,6 +44,8 @@ from .records import BrokerRegistration, PartitionState
 
 log = logging.getLogger("cluster.controller")
 UNCLEAN = "unclean.leader.election.enable"
+# Partition-state writes of one pass in flight at once (etcd serves them side by side).
+WRITE_CONCURRENCY = 64
 
 
 def leader_candidates(brokers: Mapping[int, BrokerRegistration]) -> set[int]:
@@ -134,17 +136,21 @@ class Controller:
         changed = 0
         lost = False
         unclean_default = self._unclean_broker_default()
+        electable = leader_candidates(self.store.live_brokers())
+        decided = []
         for (topic, p), state in self.store.partition_states().items():
-            new = next_state(state, self.store.replicas(topic, p), live, leader_candidates(self.store.live_brokers()),
+            new = next_state(state, self.store.replicas(topic, p), live, electable,
                              unclean=self._unclean(topic, unclean_default))
-            if new is None:
-                continue
-            if not self.election.is_controller():
-                return changed
-            if await self.states.update(topic, p, state.partition_epoch, new):
+            if new is not None:
+                decided.append((topic, p, state, new))
+        if decided and not self.election.is_controller():
+            return changed
+        results = await self._write_all([(t, p, state.partition_epoch, new) for t, p, state, new in decided])
+        for (topic, p, state, new), ok in zip(decided, results, strict=True):
+            if ok:
                 changed += 1
-                log.info("controller: %s-%d leader %d -> %d (epoch %d), isr %s", topic, p, state.leader, new.leader,
-                         new.leader_epoch, list(new.isr))
+                log.info("controller: %s-%d leader %d -> %d (epoch %d), isr %s", topic, p, state.leader,
+                         new.leader, new.leader_epoch, list(new.isr))
             else:
                 log.info("controller: %s-%d changed meanwhile; deciding again on the next pass", topic, p)
                 lost = lost or state.leader in reincarnated or bool(reincarnated & set(state.isr))
@@ -154,6 +160,25 @@ class Controller:
             # handled; after a lost swap the next pass fences them again.
             self._seen_epochs = {n: reg.epoch for n, reg in registrations.items()}
         return changed
+
+    async def _write_all(self, changes: list[tuple[str, int, int, PartitionState]]) -> list[bool]:
+        """The compare-and-swaps of one pass, WRITE_CONCURRENCY at a time: each is independent (its
+        own partition epoch), and a broker that led thousands of partitions must lose them all
+        within the session timeout, not one etcd round trip after another. Stops writing (the rest
+        count as not written) as soon as this broker is no longer the controller."""
+        sem = asyncio.Semaphore(WRITE_CONCURRENCY)
+
+        async def one(topic: str, p: int, epoch: int, new: PartitionState) -> bool:
+            async with sem:
+                if not self.election.is_controller():
+                    return False
+                return await self.states.update(topic, p, epoch, new)
+
+        results = await asyncio.gather(*(one(*c) for c in changes), return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r  # etcd unavailable: the next pass decides again from the new state
+        return [bool(r) for r in results]
 
     # --- reassignments ----------------------------------------------------------------------
     async def complete_reassignments(self) -> int:
@@ -212,13 +237,11 @@ class Controller:
         moves = rebalance(partitions, store.eligible_leaders(), self.imbalance_percentage,
                           skip=store.reassignments())
         moved = 0
-        for (topic, p), new in moves:  # type: ignore[misc]
-            if not self.election.is_controller():
-                break
-            old = partitions[(topic, p)][0]
-            if await self.states.update(topic, p, old.partition_epoch, new):
+        changes = [(topic, p, partitions[(topic, p)][0].partition_epoch, new) for (topic, p), new in moves]
+        for (topic, p, _, new), ok in zip(changes, await self._write_all(changes), strict=True):
+            if ok:
                 moved += 1
-                log.info("controller: preferred leader of %s-%d: %d -> %d (epoch %d)", topic, p, old.leader,
-                         new.leader, new.leader_epoch)
+                log.info("controller: preferred leader of %s-%d: %d -> %d (epoch %d)", topic, p,
+                         partitions[(topic, p)][0].leader, new.leader, new.leader_epoch)
         self.changes += moved
         return moved
