@@ -33,27 +33,13 @@ sys.path[:0] = [str(HERE), str(ROOT)]
 
 import lib_cclient  # noqa: E402
 import lib_workloads as wl  # noqa: E402
-from cluster_bench import topic_factory  # noqa: E402
+from cluster_bench import start_single, topic_factory  # noqa: E402
 
-from tests.helpers.broker_proc import BrokerProcess  # noqa: E402
 from tests.helpers.cluster_proc import BrokerCluster  # noqa: E402
 from tests.helpers.etcd_proc import EtcdProcess  # noqa: E402
 
 PARTITIONS = 8
 TMPFS = Path("/dev/shm")
-
-
-def _one(root: Path) -> tuple[str, list[int], Any]:
-    b = BrokerProcess(root / "one", overrides={"num.partitions": str(PARTITIONS)})
-    b.start(60)
-
-    def stop() -> None:
-        try:
-            b.stop()
-        finally:
-            b.kill()
-    assert b.proc is not None
-    return b.bootstrap, [b.proc.pid], stop
 
 
 def _per_core(root: Path, n: int) -> tuple[str, list[int], Any]:
@@ -76,7 +62,11 @@ def _per_core(root: Path, n: int) -> tuple[str, list[int], Any]:
 
 def run(kind: str, n: int, records: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="kbroker-mp-", dir=TMPFS if TMPFS.is_dir() else None) as tmp:
-        bootstrap, pids, stop = _one(Path(tmp)) if kind == "one" else _per_core(Path(tmp), n)
+        if kind == "one":
+            single = start_single(Path(tmp))
+            bootstrap, stop = single.bootstrap, single.stop
+        else:
+            bootstrap, _, stop = _per_core(Path(tmp), n)
         try:
             wl.PARTITIONS = PARTITIONS  # lib_workloads' consumer assigns that many
             wl.create_topic = lambda bs, topic, partitions=PARTITIONS: topic_factory(1, {})(bs, topic, PARTITIONS)
