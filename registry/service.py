@@ -76,23 +76,34 @@ class SchemaRegistry:
             out.append((ref.name, sv.schema))
         return out
 
-    def parse(self, schema_type: str, schema: str, refs: list[R.Reference]) -> ParsedSchema:
-        key = (schema_type, schema, tuple(refs))
+    def _cached(self, key: tuple) -> ParsedSchema | None:
         hit = self._parsed.get(key)
         if hit is not None:
             self._parsed.move_to_end(key)
-            return hit
-        fmt = self.formats.get(schema_type)
-        if fmt is None:
-            raise E.invalid_schema(f"unknown schema type {schema_type!r}")
-        try:
-            parsed = fmt.parse(schema, self._references(refs))
-        except InvalidSchema as e:
-            raise E.invalid_schema(str(e)) from None
+        return hit
+
+    def _keep(self, key: tuple, parsed: ParsedSchema) -> ParsedSchema:
         self._parsed[key] = parsed
         if len(self._parsed) > _PARSE_CACHE:
             self._parsed.popitem(last=False)
         return parsed
+
+    def _format(self, schema_type: str) -> Any:
+        fmt = self.formats.get(schema_type)
+        if fmt is None:
+            raise E.invalid_schema(f"unknown schema type {schema_type!r}")
+        return fmt
+
+    def parse(self, schema_type: str, schema: str, refs: list[R.Reference]) -> ParsedSchema:
+        key = (schema_type, schema, tuple(refs))
+        hit = self._cached(key)
+        if hit is not None:
+            return hit
+        fmt = self._format(schema_type)
+        try:
+            return self._keep(key, fmt.parse(schema, self._references(refs)))
+        except InvalidSchema as e:
+            raise E.invalid_schema(str(e)) from None
 
     def parse_stored(self, stored: StoredSchema | R.SchemaValue) -> ParsedSchema:
         return self.parse(stored.schema_type, stored.schema, list(stored.references))
@@ -102,22 +113,16 @@ class SchemaRegistry:
         (the .proto grammar, jsonschema's meta-schema check) and the broker's loop must not wait.
         References are resolved on the loop, which owns the state."""
         key = (schema_type, schema, tuple(refs))
-        hit = self._parsed.get(key)
+        hit = self._cached(key)
         if hit is not None:
-            self._parsed.move_to_end(key)
             return hit
-        fmt = self.formats.get(schema_type)
-        if fmt is None:
-            raise E.invalid_schema(f"unknown schema type {schema_type!r}")
+        fmt = self._format(schema_type)
         texts = self._references(refs)
         try:
             parsed = await asyncio.get_running_loop().run_in_executor(None, fmt.parse, schema, texts)
         except InvalidSchema as e:
             raise E.invalid_schema(str(e)) from None
-        self._parsed[key] = parsed
-        if len(self._parsed) > _PARSE_CACHE:
-            self._parsed.popitem(last=False)
-        return parsed
+        return self._keep(key, parsed)
 
     async def _request_schema(self, body: Any, *, normalize: bool) -> tuple[str, str, list[R.Reference], ParsedSchema]:
         """(type, stored text, references, parsed) of a register/lookup/compatibility request body."""
