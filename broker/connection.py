@@ -153,6 +153,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def admit(self) -> None:
         if "slot" in self._paused:
+            self.last_activity = time.monotonic()  # idle time counts from admission, as in Kafka
             self._resume("slot")
             if self._frames:
                 self._frames_ready()
@@ -348,8 +349,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     @property
     def busy(self) -> bool:
-        """A request is being read, queued or handled (the connection is not idle)."""
-        return bool(self._frames) or self._partial is not None or (
+        """A request is being read, queued or handled, or the connection waits for a slot (it is
+        not idle: Kafka's acceptor holds such a connection before any processor can expire it)."""
+        return "slot" in self._paused or bool(self._frames) or self._partial is not None or (
             self._worker is not None and not self._worker.done())
 
     # --- request processing ------------------------------------------------------------------

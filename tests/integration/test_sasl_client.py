@@ -110,7 +110,7 @@ async def test_reauthenticates_before_the_session_ends(setup: Setup) -> None:
     client = ProtocolClient("127.0.0.1", setup.sasl_plain, sasl=SaslCredentials("SCRAM-SHA-256", SCRAM_USER, SCRAM_PW))
     await client.connect()
     try:
-        writer = client._writer
+        transport = client._transport
         sessions = {client._reauth_at}
         deadline = time.monotonic() + 60
         while len(sessions) < 4:  # three re-authentications, each followed by requests
@@ -118,7 +118,7 @@ async def test_reauthenticates_before_the_session_ends(setup: Setup) -> None:
             assert len(await _metadata(client)) == 1
             sessions.add(client._reauth_at)
             await asyncio.sleep(0.1)
-        assert client._writer is writer  # one connection all along
+        assert client._transport is transport  # one connection all along
     finally:
         await client.close()
 

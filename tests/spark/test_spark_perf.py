@@ -12,7 +12,7 @@ from typing import Any
 from kafka_util import create_topic, transactional_producer
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from spark_jobs import kafka_io, sink
+from spark_jobs import kafka_io, sink, sink_parts
 
 SINK_SCHEMA = StructType([StructField("key", BinaryType()), StructField("value", StringType())])
 
@@ -133,10 +133,10 @@ def test_sink_value_and_key_columns_convert_like_str_encode() -> None:
 
     text = ["a", None, "", "ünï", "x" * 100]
     for typ in (pa.string(), pa.large_string()):
-        assert sink._bytes_column(pa.array(text, typ)) == [t.encode() if t is not None else None for t in text]
+        assert sink_parts._bytes_column(pa.array(text, typ)) == [t.encode() if t is not None else None for t in text]
     raw = [b"a", None, b"", b"\xff\x00"]
     for typ in (pa.binary(), pa.large_binary()):
-        assert sink._bytes_column(pa.array(raw, typ)) == raw
+        assert sink_parts._bytes_column(pa.array(raw, typ)) == raw
 
 
 def test_sink_fast_path_writes_what_the_per_row_path_writes(broker: Any) -> None:
