@@ -73,8 +73,9 @@ def broker(broker_factory: BrokerFactory) -> BrokerProcess:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # Fails a module whose confluent-kafka clients outlive it (they would print connection errors
-    # after their broker stopped, down to after pytest's summary): tests/helpers/client_leaks.py.
+    # confluent-kafka clients must not outlive their test's brokers (they print connection errors,
+    # down to after pytest's summary): tests/helpers/client_leaks.py collects those only a
+    # reference cycle keeps and fails a module whose clients something else keeps.
     from tests.helpers import client_leaks
 
     client_leaks.pytest_configure(config)
