@@ -6,10 +6,15 @@
 * A live duplicate (it keeps refreshing its lease) is still refused after that bound.
 * etcd paused (SIGSTOP) for longer than the lease TTL: on SIGCONT etcd expires the lease; the broker
   grants a new lease, registers again with a higher broker epoch and serves again.
+* etcd paused for a moment while a broker joins (its requests miss their deadline): the broker joins
+  again once etcd answers, as Kafka's broker retries its initial registration for
+  ``initial.broker.registration.timeout.ms``, instead of exiting (in a container: a restart, and a
+  wait for its own previous registration, again and again while etcd was slow).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -102,5 +107,43 @@ async def test_broker_registers_again_after_etcd_expired_its_session(etcd: EtcdP
         assert first is not None and second is not None and second > first
         produce_one(b, "survives")
         assert b.running
+    finally:
+        b.kill()
+
+
+def test_a_join_that_etcd_stalls_is_tried_again_not_fatal(etcd: EtcdProcess, tmp_path: Path) -> None:
+    # A 6 s lease: the restarted broker waits up to ~9 s for its killed incarnation's registration,
+    # a window in which etcd is paused for 2 s, four times the requests' deadline (0.5 s).
+    b = cluster_broker(etcd, tmp_path, 1, **{"broker.session.timeout.ms": "6000"})
+    try:
+        b.start(timeout=60)
+        b.kill()  # its registration stays, bound to a lease with about 6 s left
+        before = len(b.log_text())
+        outcome: list[BaseException | None] = []
+
+        def restart() -> None:
+            try:
+                b.start(timeout=90)
+                outcome.append(None)
+            except BaseException as e:  # noqa: BLE001 - reported by the test thread
+                outcome.append(e)
+
+        starter = threading.Thread(target=restart)
+        starter.start()
+        wait_for(lambda: "waiting for the previous registration of node 1" in b.log_text()[before:],
+                 "the restarted broker to wait for its old registration", 60, interval=0.05)
+        etcd.pause()
+        try:
+            paused = time.monotonic()
+            wait_for(lambda: time.monotonic() - paused > 2.0, "the stall to last 2 s", interval=0.1)
+        finally:
+            etcd.resume()
+        starter.join(120)
+        assert outcome == [None], f"{outcome}\n{b.log_tail()}"
+        log = b.log_text()[before:]
+        assert "failed a request while joining" in log and "joining again in" in log, b.log_tail()
+        assert "could not start" not in log
+        AdminClient({"bootstrap.servers": b.bootstrap}).create_topics([NewTopic("after-stall", 1, 1)])
+        produce_one(b, "after-stall")
     finally:
         b.kill()
