@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from pathlib import Path
@@ -24,6 +25,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from cluster.etcd_keys import KeyLayout, get_or_create_cluster_id
 from cluster.etcd_session import EtcdSession
+from cluster.membership import Membership
+from cluster.records import BrokerRegistration
 from tests.helpers.broker_proc import BrokerError, BrokerProcess
 from tests.helpers.cluster_proc import cluster_broker
 from tests.helpers.etcd_proc import EtcdProcess
@@ -111,39 +114,51 @@ async def test_broker_registers_again_after_etcd_expired_its_session(etcd: EtcdP
         b.kill()
 
 
-def test_a_join_that_etcd_stalls_is_tried_again_not_fatal(etcd: EtcdProcess, tmp_path: Path) -> None:
-    # A 6 s lease: the restarted broker waits up to ~9 s for its killed incarnation's registration,
-    # a window in which etcd is paused for 2 s, four times the requests' deadline (0.5 s).
-    b = cluster_broker(etcd, tmp_path, 1, **{"broker.session.timeout.ms": "6000"})
-    try:
-        b.start(timeout=60)
-        b.kill()  # its registration stays, bound to a lease with about 6 s left
-        before = len(b.log_text())
-        outcome: list[BaseException | None] = []
+async def test_a_join_that_etcd_stalls_is_tried_again_not_fatal(etcd: EtcdProcess, tmp_path: Path) -> None:
+    # Node 1's registration held by a 30 s lease this test owns: the starting broker waits for it
+    # (up to that lease's TTL, however slow the machine), a window in which etcd is paused for 5 s,
+    # past the broker's request deadline (broker.heartbeat.interval.ms, 2 s with Kafka's default
+    # timings, which also leave its first connection room on a loaded machine).
+    b = cluster_broker(etcd, tmp_path, 1, **{"broker.session.timeout.ms": "9000",
+                                             "broker.heartbeat.interval.ms": "2000"})
+    outcome: list[BaseException | None] = []
 
-        def restart() -> None:
-            try:
-                b.start(timeout=90)
-                outcome.append(None)
-            except BaseException as e:  # noqa: BLE001 - reported by the test thread
-                outcome.append(e)
-
-        starter = threading.Thread(target=restart)
-        starter.start()
-        wait_for(lambda: "waiting for the previous registration of node 1" in b.log_text()[before:],
-                 "the restarted broker to wait for its old registration", 60, interval=0.05)
-        etcd.pause()
+    def start() -> None:
         try:
-            paused = time.monotonic()
-            wait_for(lambda: time.monotonic() - paused > 2.0, "the stall to last 2 s", interval=0.1)
-        finally:
-            etcd.resume()
-        starter.join(120)
+            b.start(timeout=120)
+            outcome.append(None)
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            outcome.append(e)
+
+    starter = threading.Thread(target=start)
+    try:
+        async with EtcdSession(etcd.endpoints, session_timeout_ms=30000, heartbeat_interval_ms=1000) as holder:
+            keys = KeyLayout(await get_or_create_cluster_id(holder.client))
+            await Membership(holder, keys).register(BrokerRegistration(1, ()))
+            starter.start()
+            await _wait_log(b, "waiting for the previous registration of node 1")
+            etcd.pause()
+            try:
+                await asyncio.sleep(5.0)  # the stall itself
+            finally:
+                etcd.resume()
+            await _wait_log(b, "joining again in")  # the join was given up and is tried again
+        # The holder's session is closed (its lease revoked): the broker registers and starts.
+        await asyncio.to_thread(starter.join, 150)
         assert outcome == [None], f"{outcome}\n{b.log_tail()}"
-        log = b.log_text()[before:]
-        assert "failed a request while joining" in log and "joining again in" in log, b.log_tail()
-        assert "could not start" not in log
+        log = b.log_text()
+        assert "failed a request while joining" in log and "could not start" not in log, b.log_tail()
         AdminClient({"bootstrap.servers": b.bootstrap}).create_topics([NewTopic("after-stall", 1, 1)])
         produce_one(b, "after-stall")
     finally:
         b.kill()
+        if starter.is_alive():
+            await asyncio.to_thread(starter.join, 150)
+        b.kill()
+
+
+async def _wait_log(b: BrokerProcess, text: str, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in b.log_text():
+        assert time.monotonic() < deadline, f"no {text!r} in the broker log within {timeout} s\n{b.log_tail()}"
+        await asyncio.sleep(0.05)
