@@ -230,7 +230,7 @@ class Broker:
         settings = {name: cfg.get(name) for name in (
             "kbroker.etcd.endpoints", "kbroker.etcd.username", "kbroker.etcd.password", "kbroker.etcd.ssl.cafile",
             "kbroker.etcd.ssl.certfile", "kbroker.etcd.ssl.keyfile",
-            "broker.session.timeout.ms", "broker.heartbeat.interval.ms")}
+            "broker.session.timeout.ms", "broker.heartbeat.interval.ms", "initial.broker.registration.timeout.ms")}
         settings.update({name: cfg.get(name) for name in (  # the controller's preferred-leader rebalance
             "auto.leader.rebalance.enable", "leader.imbalance.check.interval.seconds",
             "leader.imbalance.per.broker.percentage", "unclean.leader.election.enable")})

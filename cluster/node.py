@@ -9,6 +9,14 @@ broker's previous incarnation, killed and restarted within its lease TTL, is wai
 ``Membership.register_waiting``); campaign for the controller. Every refusal is a
 ``ClusterStartError`` with a message for the operator.
 
+etcd answering slowly while a broker joins (a request past its deadline, ``broker.heartbeat.interval.ms``,
+after the session opened) is not a refusal: as Kafka's broker keeps retrying its initial registration
+for ``initial.broker.registration.timeout.ms`` (60 s) before it exits, the join is given up (its
+session closed, which revokes its lease and with it anything registered) and tried again with a new
+session, backing off, until that timeout. Exiting at once instead made a broker in a container
+restart, load its code again and wait for its own previous registration to expire, over and over
+while etcd was slow: minutes for a healthcheck to pass on a loaded machine.
+
 While running, a session that etcd *expired* (cut off longer than the lease TTL: a fenced broker
 whose lease is gone) is not the end: the node grants a new lease on the same connection, registers
 again (a new broker epoch; the controller meanwhile moved its leaderships away) and campaigns again,
@@ -20,8 +28,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+import aetcd.exceptions
 
 from .controlled_shutdown import ShutdownResult, controlled_shutdown
 from .controller import Controller
@@ -37,6 +48,7 @@ from .records import BrokerRegistration, Endpoint
 log = logging.getLogger("cluster.node")
 
 STOP_TIMEOUT_S = 10.0
+JOIN_RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 4.0)  # then 4 s between attempts
 
 
 def registration_margin_s(session: EtcdSession) -> float:
@@ -47,6 +59,15 @@ def registration_margin_s(session: EtcdSession) -> float:
 
 class ClusterStartError(RuntimeError):
     """This broker must not join the cluster (message says why)."""
+
+
+class _JoinTimedOut(ClusterStartError):
+    """etcd was reached but did not answer a request of the join in time: tried again."""
+
+
+# Slowness, not a refusal: a request past its deadline, a connection that broke or could not be made.
+_SLOW_ETCD_ERRORS = (aetcd.exceptions.ConnectionTimeoutError, aetcd.exceptions.ConnectionFailedError,
+                     asyncio.TimeoutError, OSError)
 
 
 def stored_cluster_id(log_dirs: Sequence[Path]) -> str | None:
@@ -114,13 +135,43 @@ class ClusterNode:
                     default_replication_factor: Callable[[], int] = lambda: 1,
                     store_class: type[EtcdMetadataStore] = EtcdMetadataStore) -> ClusterNode:
         try:
+            timeout_s = int(str(settings.get("initial.broker.registration.timeout.ms") or 60000)) / 1000
+        except ValueError as e:
+            raise ClusterStartError(f"invalid initial.broker.registration.timeout.ms: {e}") from e
+        deadline = time.monotonic() + timeout_s
+        attempt = 0
+        while True:
+            try:
+                return await cls._start_once(settings, node_id=node_id, endpoints=endpoints, rack=rack,
+                                             log_dirs=log_dirs, default_replication_factor=default_replication_factor,
+                                             store_class=store_class, first=attempt == 0)
+            except _JoinTimedOut as e:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ClusterStartError(f"{e} (still failing after initial.broker.registration.timeout.ms="
+                                            f"{timeout_s * 1000:.0f})") from e
+                pause = min(JOIN_RETRY_BACKOFF_S[min(attempt, len(JOIN_RETRY_BACKOFF_S) - 1)], left)
+                attempt += 1
+                log.warning("%s; joining again in %.1f s (attempt %d, %.0f s left of "
+                            "initial.broker.registration.timeout.ms)", e, pause, attempt + 1, left)
+                await asyncio.sleep(pause)
+
+    @classmethod
+    async def _start_once(cls, settings: Mapping[str, object], *, node_id: int, endpoints: Sequence[Endpoint],
+                          rack: str | None, log_dirs: Sequence[Path], default_replication_factor: Callable[[], int],
+                          store_class: type[EtcdMetadataStore], first: bool) -> ClusterNode:
+        try:
             session = EtcdSession.from_config(settings)
         except ValueError as e:
             raise ClusterStartError(f"invalid etcd settings: {e}") from e
         try:
             await session.open()
         except (EtcdUnavailable, *TRANSIENT_ERRORS) as e:
-            raise ClusterStartError(f"cannot reach etcd at {settings.get('kbroker.etcd.endpoints')}: {e}") from e
+            message = f"cannot reach etcd at {settings.get('kbroker.etcd.endpoints')}: {e}"
+            # Nothing answering at all is a refusal (a wrong address or TLS setting, etcd down); once a
+            # join has reached etcd, losing it again is etcd being slow, retried.
+            raise (ClusterStartError if first else _JoinTimedOut)(message) from e
+        store: EtcdMetadataStore | None = None
         try:
             cluster_id = await get_or_create_cluster_id(session.client)
             stored = stored_cluster_id(log_dirs)
@@ -148,12 +199,19 @@ class ClusterNode:
             election.start()
             controller.start()
         except TRANSIENT_ERRORS as e:
+            # The session's lease goes with it (revoked), and what was registered under it.
+            with contextlib.suppress(Exception):
+                if store is not None:
+                    await asyncio.wait_for(store.stop(), STOP_TIMEOUT_S)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(session.close(), STOP_TIMEOUT_S)
             hint = (" (etcd has authentication enabled: set kbroker.etcd.username and kbroker.etcd.password)"
                     if any(w in str(e).lower() for w in ("user name is empty", "permission denied", "auth"))
                     else "")
-            raise ClusterStartError(f"etcd at {session.endpoint} failed a request while joining: {e!r}{hint}") from e
+            message = f"etcd at {session.endpoint} failed a request while joining: {e!r}{hint}"
+            if isinstance(e, _SLOW_ETCD_ERRORS) and not hint:
+                raise _JoinTimedOut(message) from e
+            raise ClusterStartError(message) from e
         except BaseException:
             # Bounded: a refusal must end the process even when etcd stops answering meanwhile.
             with contextlib.suppress(Exception):

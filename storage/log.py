@@ -232,6 +232,11 @@ class Log:
         self._generation = 0  # bumped by every truncation (see FlushPlan.generation)
         self._log_append_time = config.log_append_time
         self.closed = False
+        # What the last open recovered, for the log manager's one summary line per log dir (the
+        # per-partition lines are DEBUG: an unclean shutdown of a broker with hundreds of partitions
+        # would otherwise log hundreds of INFO lines, where Kafka's LogManager logs a summary).
+        self.recovered_segments = 0
+        self.replayed_batches = 0
 
     # ------------------------------------------------------------------------------------------
     # opening and recovery
@@ -350,7 +355,8 @@ class Log:
                 if reason:
                     log.warning("%s: rebuilding indexes of %s: %s", self.dir, seg.log_path.name, reason)
                 else:
-                    log.info("%s: recovering segment %s (unclean shutdown)", self.dir, seg.log_path.name)
+                    log.debug("%s: recovering segment %s (unclean shutdown)", self.dir, seg.log_path.name)
+                self.recovered_segments += 1
                 truncated = seg.recover(on_batch=self._epoch_from_batch)
                 if truncated:
                     self._drop_segments_after(i, "it follows a truncated segment")
@@ -402,8 +408,9 @@ class Log:
             else:
                 ps.update_from_log(header)
             replayed += 1
+        self.replayed_batches += replayed
         if replayed:
-            log.info("%s: replayed %d batches from offset %d into producer state", self.dir, replayed, start)
+            log.debug("%s: replayed %d batches from offset %d into producer state", self.dir, replayed, start)
             ps.take_snapshot(self.log_end_offset)
 
     # ------------------------------------------------------------------------------------------

@@ -98,6 +98,8 @@ class LogManager:
             log.info("Loading logs from %s (%s)", log_dir,
                      "first start" if first_start else "clean shutdown" if clean else "unclean shutdown")
             progress = _LoadProgress(log_dir, len(entries))
+            dir_started = time.monotonic()
+            loaded = recovered_parts = recovered_segs = replayed = 0
             for entry in entries:
                 if entry.name.endswith(DELETE_DIR_SUFFIX):
                     log.info("Removing partially deleted partition dir %s", entry.path)
@@ -125,6 +127,15 @@ class LogManager:
                     "" if clean else f" (recovered from {rp})", (time.monotonic() - started) * 1000,
                 )
                 progress.step()
+                loaded += 1
+                recovered_parts += lg.recovered_segments > 0
+                recovered_segs += lg.recovered_segments
+                replayed += lg.replayed_batches
+            # The one INFO line per log dir (Kafka's LogManager: "Loaded N logs in X ms").
+            log.info("Loaded %d partitions from %s in %.1f ms%s", loaded, log_dir,
+                     (time.monotonic() - dir_started) * 1000,
+                     f"; recovered {recovered_segs} segments of {recovered_parts} partitions, replayed "
+                     f"{replayed} batches into producer state" if recovered_segs or replayed else "")
             delete_clean_shutdown(log_dir)
 
     def shutdown(self, broker_epoch: int = -1) -> None:

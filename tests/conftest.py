@@ -72,16 +72,10 @@ def broker(broker_factory: BrokerFactory) -> BrokerProcess:
     return broker_factory()
 
 
-def pytest_unconfigure(config: pytest.Config) -> None:
-    """Silence librdkafka's shutdown chatter.
+def pytest_configure(config: pytest.Config) -> None:
+    # confluent-kafka clients must not outlive their test's brokers (they print connection errors,
+    # down to after pytest's summary): tests/helpers/client_leaks.py collects those only a
+    # reference cycle keeps and fails a module whose clients something else keeps.
+    from tests.helpers import client_leaks
 
-    confluent-kafka clients left to the garbage collector log "Connect ... refused" for brokers
-    the tests already stopped, from their destructors at interpreter exit — after pytest's
-    summary line, where CI reads the result. By now every report has been printed.
-    """
-    import os
-
-    sys.stderr.flush()
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    os.close(devnull)
+    client_leaks.pytest_configure(config)

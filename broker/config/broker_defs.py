@@ -334,6 +334,9 @@ _BROKER_DEFS: list[ConfigDef] = [
        at_least(1)),
     _b("broker.heartbeat.interval.ms", "int", 2000,
        "Cluster mode: how often the broker refreshes its etcd lease.", at_least(1)),
+    _b("initial.broker.registration.timeout.ms", "int", 60000,
+       "Cluster mode: how long a starting broker keeps trying to join when etcd answers too slowly "
+       "(requests past their deadline), before it exits.", at_least(1)),
     _b("controlled.shutdown.enable", "boolean", True,
        "Cluster mode: on a stop (SIGTERM) the broker first hands its leaderships to other ISR members and "
        "leaves the ISRs it follows in."),

@@ -2,7 +2,9 @@
 ``http://127.0.0.1:9404``), served on the broker's own event loop.
 
 One GET per connection (``/metrics`` or ``/``), answered with prometheus_client's text exposition
-of a registry holding only broker.metrics.collector's collector. Serving on the loop keeps the
+of a registry holding broker.metrics.collector's collector and prometheus_client's ProcessCollector
+(``process_*``: CPU seconds, resident and virtual memory, open and maximum fds, start time, read
+from ``/proc/self`` on Linux at each scrape, as every prometheus-client process exposes them). Serving on the loop keeps the
 design's rule that partition and coordinator state is touched by no other thread; a scrape costs
 the loop the time to render the families (milliseconds for hundreds of partitions).
 """
@@ -14,7 +16,7 @@ import logging
 from typing import Any
 from urllib.parse import urlsplit
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from broker.metrics.collector import BrokerCollector
@@ -41,6 +43,9 @@ class MetricsEndpoint:
         self.collector = BrokerCollector(broker, self.loop_monitor)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)  # type: ignore[arg-type]
+        # The process_* families a Python exporter serves by default (the default registry has them;
+        # this private registry does not, so they are added here). A few small /proc reads per scrape.
+        ProcessCollector(registry=self.registry)
         self._server: asyncio.base_events.Server | None = None
         self.bound: tuple[str, int] | None = None
 

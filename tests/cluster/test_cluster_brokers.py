@@ -53,16 +53,17 @@ def cluster(etcd: EtcdProcess, tmp_path: Path) -> Iterator[BrokerCluster]:
 
 def wait_until(condition, what: str, timeout: float = WAIT_S, interval: float = 0.1):
     deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
+    last_error = "none"
     while time.monotonic() < deadline:
         try:
             result = condition()
             if result:
                 return result
         except Exception as e:  # a broker still starting or just killed
-            last_error = e
+            # repr only: a kept traceback would pin the callers' frames (and their clients).
+            last_error = repr(e)
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last error: {last_error!r})")
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last error: {last_error})")
 
 
 def metadata(broker: BrokerProcess, topics: list[str] | None = None):

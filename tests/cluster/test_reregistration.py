@@ -6,10 +6,16 @@
 * A live duplicate (it keeps refreshing its lease) is still refused after that bound.
 * etcd paused (SIGSTOP) for longer than the lease TTL: on SIGCONT etcd expires the lease; the broker
   grants a new lease, registers again with a higher broker epoch and serves again.
+* etcd paused for a moment while a broker joins (its requests miss their deadline): the broker joins
+  again once etcd answers, as Kafka's broker retries its initial registration for
+  ``initial.broker.registration.timeout.ms``, instead of exiting (in a container: a restart, and a
+  wait for its own previous registration, again and again while etcd was slow).
 """
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from pathlib import Path
 
@@ -19,6 +25,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from cluster.etcd_keys import KeyLayout, get_or_create_cluster_id
 from cluster.etcd_session import EtcdSession
+from cluster.membership import Membership
+from cluster.records import BrokerRegistration
 from tests.helpers.broker_proc import BrokerError, BrokerProcess
 from tests.helpers.cluster_proc import cluster_broker
 from tests.helpers.etcd_proc import EtcdProcess
@@ -104,3 +112,53 @@ async def test_broker_registers_again_after_etcd_expired_its_session(etcd: EtcdP
         assert b.running
     finally:
         b.kill()
+
+
+async def test_a_join_that_etcd_stalls_is_tried_again_not_fatal(etcd: EtcdProcess, tmp_path: Path) -> None:
+    # Node 1's registration held by a 30 s lease this test owns: the starting broker waits for it
+    # (up to that lease's TTL, however slow the machine), a window in which etcd is paused for 5 s,
+    # past the broker's request deadline (broker.heartbeat.interval.ms, 2 s with Kafka's default
+    # timings, which also leave its first connection room on a loaded machine).
+    b = cluster_broker(etcd, tmp_path, 1, **{"broker.session.timeout.ms": "9000",
+                                             "broker.heartbeat.interval.ms": "2000"})
+    outcome: list[BaseException | None] = []
+
+    def start() -> None:
+        try:
+            b.start(timeout=120)
+            outcome.append(None)
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            outcome.append(e)
+
+    starter = threading.Thread(target=start)
+    try:
+        async with EtcdSession(etcd.endpoints, session_timeout_ms=30000, heartbeat_interval_ms=1000) as holder:
+            keys = KeyLayout(await get_or_create_cluster_id(holder.client))
+            await Membership(holder, keys).register(BrokerRegistration(1, ()))
+            starter.start()
+            await _wait_log(b, "waiting for the previous registration of node 1")
+            etcd.pause()
+            try:
+                await asyncio.sleep(5.0)  # the stall itself
+            finally:
+                etcd.resume()
+            await _wait_log(b, "joining again in")  # the join was given up and is tried again
+        # The holder's session is closed (its lease revoked): the broker registers and starts.
+        await asyncio.to_thread(starter.join, 150)
+        assert outcome == [None], f"{outcome}\n{b.log_tail()}"
+        log = b.log_text()
+        assert "failed a request while joining" in log and "could not start" not in log, b.log_tail()
+        AdminClient({"bootstrap.servers": b.bootstrap}).create_topics([NewTopic("after-stall", 1, 1)])
+        produce_one(b, "after-stall")
+    finally:
+        b.kill()
+        if starter.is_alive():
+            await asyncio.to_thread(starter.join, 150)
+        b.kill()
+
+
+async def _wait_log(b: BrokerProcess, text: str, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in b.log_text():
+        assert time.monotonic() < deadline, f"no {text!r} in the broker log within {timeout} s\n{b.log_tail()}"
+        await asyncio.sleep(0.05)

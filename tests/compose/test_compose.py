@@ -22,7 +22,10 @@ under docker-compose.hostnet.yml so that every container stays on loopback. Issu
 - everything the test created (containers, volumes, networks of its compose project) is removed at
   the end; the images stay cached for the next run.
 
-Every phase is timed and the table printed (also when a phase fails). Grafana has no image here: the
+Every phase is timed and the table printed (also when a phase fails). A failure names its phase in
+the test's failure line and prints, right away, the state and last log lines of etcd and every
+broker container. The "healthy" phases print a timeline per broker: when its container started,
+when it logged its start, and every healthcheck run (how long it took, its result). Grafana has no image here: the
 profile's grafana service is only checked by test_compose_config.py. The default bridge network cannot
 be run on these machines (its traffic would leave loopback); only the hostnet override is.
 """
@@ -63,16 +66,29 @@ def _container(node: int) -> str:
 
 
 class Phases:
-    """Wall time of each phase of the run, printed as a table at the end (also after a failure)."""
+    """Wall time of each phase of the run, printed as a table at the end (also after a failure).
 
-    def __init__(self) -> None:
+    A phase that raises is reported by name: ``diagnose()`` (the containers' state and logs) is
+    printed at once and the test fails with "phase '<name>' failed: <error>" as its first line."""
+
+    def __init__(self, diagnose: Callable[[], str] = lambda: "") -> None:
         self.times: list[tuple[str, float]] = []
+        self.diagnose = diagnose
+        self.failed: str | None = None
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
         t0 = time.monotonic()
         try:
             yield
+        except (Exception, pytest.fail.Exception) as e:
+            if self.failed is not None:  # an inner phase already reported it
+                raise
+            self.failed = name
+            report = self.diagnose()
+            print(f"\ncompose test: phase {name!r} failed after {time.monotonic() - t0:.1f} s: "
+                  f"{type(e).__name__}: {e}\n{report}", flush=True)
+            pytest.fail(f"phase {name!r} failed: {type(e).__name__}: {e}\n{report}", pytrace=True)
         finally:
             self.times.append((name, time.monotonic() - t0))
 
@@ -90,8 +106,11 @@ def engine_env() -> Iterator[dict[str, str]]:
     t0 = time.monotonic()
     out = subprocess.run([str(REPO_ROOT / "deploy/container/prepare.sh"), str(STATE)], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=1500)
-    assert out.returncode == 0, out.stdout + out.stderr
-    print(f"\n{out.stdout}prepare.sh wall time {time.monotonic() - t0:.1f} s")
+    print(f"\n{out.stdout}prepare.sh wall time {time.monotonic() - t0:.1f} s", flush=True)
+    if out.returncode != 0:
+        tail = "\n".join((out.stdout + out.stderr).splitlines()[-40:])
+        print(f"compose test: phase 'prepare' failed (prepare.sh exit code {out.returncode}):\n{tail}", flush=True)
+        pytest.fail(f"phase 'prepare' failed: deploy/container/prepare.sh exited {out.returncode}\n{tail}")
     env = dict(os.environ)
     for line in (STATE / "env.sh").read_text().splitlines():
         key, _, value = line.removeprefix("export ").partition("=")
@@ -118,21 +137,121 @@ def _logs(env: dict[str, str], node: int, lines: int = 40) -> str:
     return f"--- kbroker-{node} ---\n{out.stdout}{out.stderr}"
 
 
+def _diagnose(env: dict[str, str], lines: int = 25) -> str:
+    """State (status, exit code, restarts, start time) and last log lines of etcd and each broker."""
+    parts = []
+    for name in (f"{PROJECT}_etcd_1", *(_container(n) for n in BROKERS)):
+        state = _podman(env, "inspect", "-f", "{{.State.Status}} exit={{.State.ExitCode}} "
+                        "restarts={{.RestartCount}} started={{.State.StartedAt}}", name, check=False)
+        logs = _podman(env, "logs", "--tail", str(lines), name, check=False)
+        parts.append(f"--- {name}: {(state.stdout or state.stderr).strip()} ---\n{logs.stdout}{logs.stderr}".rstrip())
+    return "\n".join(parts)
+
+
+def _started_at(env: dict[str, str], name: str) -> float | None:
+    """The container's start (podman inspect .State.StartedAt) as a Unix time."""
+    out = _podman(env, "inspect", "-f", "{{.State.StartedAt.UnixNano}}", name, check=False).stdout.strip()
+    return int(out) / 1e9 if out.isdigit() and int(out) > 0 else None
+
+
+def _log_time(env: dict[str, str], name: str, needle: str) -> float | None:
+    """Unix time of the last log line of ``name`` containing ``needle`` (kbroker's ISO-8601 UTC prefix)."""
+    from datetime import datetime
+
+    out = _podman(env, "logs", name, check=False)
+    for line in reversed((out.stdout + out.stderr).splitlines()):
+        if needle in line:
+            try:
+                return datetime.fromisoformat(line.split()[0].replace("Z", "+00:00")).timestamp()
+            except (ValueError, IndexError):
+                return None
+    return None
+
+
 def _wait_healthy(env: dict[str, str], nodes: list[int], deadline_s: float = 300) -> None:
-    """Runs each broker's image healthcheck (ApiVersions) until all pass.
+    """Runs each broker's image healthcheck (ApiVersions) until all pass, then prints a timeline per
+    broker: container start, "kbroker node N started" in its log, and every healthcheck run (its
+    start, how long it took, its exit code and, for a failure, its last output line).
 
     podman schedules healthchecks with systemd timers, which these machines lack, so they are run
     here on demand (`podman healthcheck run`, the same command the engine would run)."""
-    t0 = time.monotonic()
+    t0, wall0 = time.monotonic(), time.time()
+    print(f"healthy phase starts: {_meminfo()}", flush=True)
     pending = set(nodes)
+    runs: dict[int, list[str]] = {n: [] for n in nodes}
     while pending:
         for node in sorted(pending):
-            if _podman(env, "healthcheck", "run", _container(node), check=False).returncode == 0:
+            h0 = time.time()
+            out = _podman(env, "healthcheck", "run", _container(node), check=False)
+            last = (out.stdout + out.stderr).strip().splitlines()[-1:] or [""]
+            runs[node].append(f"+{h0 - wall0:6.1f}s {time.time() - h0:5.2f}s rc={out.returncode}"
+                              + (f" {last[0][:120]}" if out.returncode else ""))
+            if out.returncode == 0:
                 pending.discard(node)
         if pending:
-            assert time.monotonic() - t0 < deadline_s, (
-                f"brokers {sorted(pending)} not healthy\n" + "\n".join(_logs(env, n) for n in pending))
+            if time.monotonic() - t0 >= deadline_s:
+                print(_healthy_timeline(env, nodes, wall0, runs), flush=True)
+                raise AssertionError(f"brokers {sorted(pending)} not healthy after {deadline_s:.0f} s")
             time.sleep(1)
+    print(_healthy_timeline(env, nodes, wall0, runs), flush=True)
+
+
+def _meminfo() -> str:
+    """Dirty and Writeback page-cache sizes: a big image build leaves its layers to be written out."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    except OSError:
+        return "?"
+    return ", ".join(f"{k} {fields[k].strip()}" for k in ("Dirty", "Writeback") if k in fields)
+
+
+def _etcd_disk_latency() -> str:
+    """etcd's own fsync and commit latencies so far (its /metrics histograms): count, mean, and how many
+    took over 0.5 s and over 1 s."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:2379/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+    except OSError as e:
+        return f"etcd metrics unavailable ({e!r})"
+    out = []
+    for metric, label in (("etcd_disk_wal_fsync_duration_seconds", "WAL fsync"),
+                          ("etcd_disk_backend_commit_duration_seconds", "backend commit")):
+        vals: dict[str, float] = {}
+        for line in text.splitlines():
+            if line.startswith(metric):
+                key, _, v = line.rpartition(" ")
+                vals[key] = float(v)
+        count = vals.get(f"{metric}_count", 0.0)
+        total = vals.get(f"{metric}_sum", 0.0)
+        within_512ms = vals.get(f'{metric}_bucket{{le="0.512"}}', count)
+        within_1s = vals.get(f'{metric}_bucket{{le="1.024"}}', count)
+        out.append(f"{label}: {count:.0f}, mean {1000 * total / count if count else 0:.1f} ms, "
+                   f"over 0.5 s {count - within_512ms:.0f}, over 1 s {count - within_1s:.0f}")
+    return "etcd " + "; ".join(out)
+
+
+def _healthy_timeline(env: dict[str, str], nodes: list[int], wall0: float, runs: dict[int, list[str]]) -> str:
+    lines = [f"healthy phase timeline (seconds from its start, {time.strftime('%H:%M:%S', time.gmtime(wall0))} UTC; "
+             f"now {_meminfo()}):"]
+    for node in nodes:
+        name = _container(node)
+        started = _started_at(env, name)
+        logged = _log_time(env, name, f"kbroker node {node} started")
+        restarts = _podman(env, "inspect", "-f", "{{.RestartCount}}", name, check=False).stdout.strip()
+        lines.append(f"  kbroker-{node}: container started "
+                     + (f"{started - wall0:+.1f}s" if started else "?") + ", logged its start "
+                     + (f"{logged - wall0:+.1f}s" if logged else "not yet")
+                     + f", {len(runs[node])} healthcheck run(s), {restarts or '?'} restart(s)")
+        shown = runs[node] if len(runs[node]) <= 8 else [*runs[node][:4], "...", *runs[node][-3:]]
+        lines += [f"    {r}" for r in shown]
+        if restarts not in ("", "0"):  # why the earlier starts ended: their error lines
+            out = _podman(env, "logs", name, check=False)
+            errors = [ln for ln in (out.stdout + out.stderr).splitlines() if " ERROR " in ln or "could not start" in ln]
+            lines += [f"    | {ln[:220]}" for ln in errors[-6:]]
+    lines.append("  " + _etcd_disk_latency())
+    return "\n".join(lines)
 
 
 def _stop_brokers_then_down(env: dict[str, str], *extra: str) -> None:
@@ -151,15 +270,16 @@ def _admin() -> Any:
 def _wait_until(check: Callable[[], Any], what: str, deadline_s: float = 180, every_s: float = 0.5) -> Any:
     """Polls ``check`` until it returns something truthy (exceptions count as "not yet")."""
     t0 = time.monotonic()
-    last: object = None
+    last = "none"
     while time.monotonic() - t0 < deadline_s:
         try:
             if result := check():
                 return result
         except Exception as e:  # noqa: BLE001 - a broker starting or dying: ask again
-            last = e
+            # repr only: a kept traceback would pin the callers' frames (and their clients).
+            last = repr(e)
         time.sleep(every_s)
-    pytest.fail(f"timed out after {deadline_s:.0f} s waiting for {what} (last error: {last!r})")
+    pytest.fail(f"timed out after {deadline_s:.0f} s waiting for {what} (last error: {last})")
 
 
 def _partitions(topic: str) -> dict[int, Any]:
@@ -425,7 +545,7 @@ def _restart_and_rejoin(env: dict[str, str], topics: list[str]) -> None:
 
 def test_compose_cluster(engine_env: dict[str, str]) -> None:
     env = engine_env
-    phase = Phases()
+    phase = Phases(lambda: _diagnose(env))
     topic, kcat_topic, kill_topic = "compose-orders", "compose-kcat", "compose-kill"
     try:
         with phase("up -d"):

@@ -118,7 +118,7 @@ class BrokerProcess:
             self.proc = subprocess.Popen(self.command(), cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL,
                                          stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
-        last_error: Exception | None = None
+        last_error = "none"
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise BrokerError(f"broker exited with code {self.proc.returncode} during start-up\n"
@@ -127,11 +127,12 @@ class BrokerProcess:
                 send_request(self.bootstrap, ApiVersionsRequest(version=0), 0, timeout=2)
                 return
             except Exception as e:  # refused, reset or closed while the broker comes up
-                last_error = e
+                # repr only: a kept traceback would pin the callers' frames (and their clients).
+                last_error = repr(e)
                 time.sleep(0.05)
         self.kill()
         raise BrokerError(f"broker did not answer ApiVersions on {self.bootstrap} within {timeout}s "
-                          f"(last error: {last_error!r})\n{self.log_tail()}")
+                          f"(last error: {last_error})\n{self.log_tail()}")
 
     def stop(self, timeout: float = 30) -> int:
         """SIGTERM and wait; returns the exit code. If it hangs: SIGKILL, then raise BrokerError."""

@@ -42,16 +42,17 @@ class PartitionInfo:
 def wait_until(cond: Callable[[], T], what: str, timeout: float = WAIT_S, interval: float = 0.1) -> T:
     """The first truthy value of ``cond()``; exceptions (a broker down or starting) count as "not yet"."""
     deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
+    last_error = "none"
     while True:
         try:
             value = cond()
             if value:
                 return value
         except Exception as e:  # noqa: BLE001 - any failure to ask is "not yet"
-            last_error = e
+            # repr only: a kept traceback would pin the callers' frames (and their clients).
+            last_error = repr(e)
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what} (last error: {last_error!r})")
+            raise AssertionError(f"timed out after {timeout} s waiting for {what} (last error: {last_error})")
         time.sleep(interval)
 
 
@@ -75,13 +76,14 @@ def live(cluster: BrokerCluster) -> list[BrokerProcess]:
 def view(cluster: BrokerCluster, topic: str, via: BrokerProcess | None = None) -> dict[int, PartitionInfo]:
     """The partitions as the first live broker that answers sees them (``via`` first if given)."""
     order = ([via] if via is not None else []) + live(cluster)
-    last: Exception | None = None
+    last = "none"
     for b in order:
         try:
             return topic_partitions(b, topic)
         except Exception as e:  # noqa: BLE001 - try the next broker
-            last = e
-    raise AssertionError(f"no live broker answered Metadata for {topic} (last error: {last!r})")
+            # repr only: a kept traceback would pin the callers' frames (and their clients).
+            last = repr(e)
+    raise AssertionError(f"no live broker answered Metadata for {topic} (last error: {last})")
 
 
 def wait_full_isr(cluster: BrokerCluster, topic: str, partitions: int, rf: int,

@@ -167,11 +167,12 @@ class EtcdProcess:
                     return
                 last_error = "health false"
             except Exception as e:  # refused while etcd binds, or no leader yet
-                last_error = e
+                # repr only: a kept traceback would pin the callers' frames (and their clients).
+                last_error = repr(e)
             time.sleep(0.05)
         self.kill()
         raise EtcdError(f"etcd did not report healthy on {self.client_url} within {timeout}s "
-                        f"(last error: {last_error!r})\n{self.log_tail()}")
+                        f"(last error: {last_error})\n{self.log_tail()}")
 
     def healthy(self, timeout: float = 2) -> bool:
         """One ``GET /health``: True when etcd has a leader and served a read."""

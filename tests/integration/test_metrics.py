@@ -6,7 +6,8 @@ stored batch sizes); bytes-out by at least that once a consumer read it back; co
 reported per group and partition and falls to 0 once the consumer has caught up and committed;
 per-API latency histograms exist for Produce and Fetch; every metric selector in the shipped
 Grafana dashboard matches a served series; ``promtool check metrics`` accepts the output;
-transaction coordinator gauges see an open transaction and its age.
+transaction coordinator gauges see an open transaction and its age; the ``process_*`` families
+(CPU seconds, resident memory, open fds, start time) describe the broker's own process.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
 import urllib.request
@@ -219,16 +221,120 @@ def test_every_dashboard_query_has_data(mb) -> None:
     assert not missing, missing
 
 
-def test_promtool_accepts_the_output(mb) -> None:
+def _promtool() -> str:
     promtool = shutil.which("promtool")
     if promtool is None:
         if os.environ.get("CI"):
             pytest.fail("promtool missing (make tools installs Debian's prometheus package)")
         pytest.skip("promtool not installed (apt-get install prometheus)")
+    return promtool
+
+
+def test_promtool_accepts_the_output(mb) -> None:
+    promtool = _promtool()
     _, url = mb
     text = scrape_text(url)
     r = subprocess.run([promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=60)
     assert r.returncode == 0, (r.stdout + r.stderr).decode()
+
+
+# Two brokers' latency buckets as kbroker serves them (bounds 10, 25, 100, 250 ms shown; le written
+# as the collector writes it), increments per minute: broker a answers 60 Produce (54 within 10 ms,
+# all within 25 ms; 600 ms in total) and 60 Fetch (all within 10 ms), broker b 120 Produce (60 within
+# 100 ms, all within 250 ms; 12,000 ms in total).
+_SERIES = {("a", "Produce"): ([54, 60, 60, 60, 60], 600), ("a", "Fetch"): ([60, 60, 60, 60, 60], 60),
+           ("b", "Produce"): ([0, 0, 60, 120, 120], 12000)}
+_EXPECTED = [  # per query of the docs' promql block, in order: (labels, value) rounded to 0.001
+    [('{instance="a"}', 23.5), ('{instance="b"}', 247)],  # 10 + 15 * 0.9; 100 + 150 * 0.98
+    [('{request="Produce"}', 245.5), ('{request="Fetch"}', 9.9)],  # buckets summed over a and b
+    [("{}", 70)],  # (600 + 12000) / (60 + 120)
+    [("{}", 0.667)],  # (60 + 60) / 180 within 100 ms
+]
+
+
+def test_documented_latency_queries_compute_what_the_docs_say(tmp_path: Path) -> None:
+    """The PromQL of docs/operations.md ("Request latency"), evaluated by Prometheus' own engine
+    (``promtool test rules``) over bucket series shaped as kbroker serves them: each documented
+    query parses and gives the percentile, mean and SLO ratio worked out by hand."""
+    promtool = _promtool()
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    block = doc.split("```promql\n", 1)[1].split("```", 1)[0]
+    queries = [line for line in block.splitlines() if line.strip() and not line.startswith("#")]
+    assert len(queries) == len(_EXPECTED), queries
+    series = []
+    for (inst, api), (buckets, total_ms) in _SERIES.items():
+        lbl = f'request="{api}",instance="{inst}"'
+        for le, n in zip(("10.0", "25.0", "100.0", "250.0", "+Inf"), buckets, strict=True):
+            series.append({"series": f'kafka_network_requestmetrics_totaltimems_bucket{{{lbl},le="{le}"}}',
+                           "values": f"0+{n}x10"})
+        series.append({"series": f"kafka_network_requestmetrics_totaltimems_count{{{lbl}}}", "values": f"0+{buckets[-1]}x10"})
+        series.append({"series": f"kafka_network_requestmetrics_totaltimems_sum{{{lbl}}}", "values": f"0+{total_ms}x10"})
+    tests = [{"expr": f"round({q}, 0.001)", "eval_time": "10m",
+              "exp_samples": [{"labels": lb, "value": v} for lb, v in exp]}
+             for q, exp in zip(queries, _EXPECTED, strict=True)]
+    spec = {"rule_files": [], "evaluation_interval": "1m",
+            "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": tests}]}
+    path = tmp_path / "latency-queries.yml"
+    path.write_text(json.dumps(spec))  # YAML is a superset of JSON
+    r = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, timeout=60)
+    assert r.returncode == 0, (r.stdout + r.stderr).decode()
+
+
+def _proc_stat(pid: int) -> list[str]:
+    """Fields of /proc/PID/stat after the command name (field 3, state, is index 0)."""
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    return raw[raw.rindex(")") + 2:].split()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="process metrics are read from /proc (Linux)")
+def test_process_metrics_describe_the_broker_process(mb) -> None:
+    """prometheus-client's ProcessCollector families, as Kafka-on-JVM exporters and every Python
+    exporter serve them, measured for the broker's pid (not the scraper's): its start time, its
+    CPU seconds as the kernel counts them, its resident memory, and open fds that follow the
+    connections a client opens and closes."""
+    b, url = mb
+    assert b.proc is not None
+    pid = b.proc.pid
+    m = scrape(url)
+    for name in ("process_cpu_seconds_total", "process_resident_memory_bytes", "process_virtual_memory_bytes",
+                 "process_open_fds", "process_max_fds", "process_start_time_seconds"):
+        assert (name, frozenset()) in m, name
+
+    # Start time: the kernel's start of the broker pid (clock ticks after boot), to the second.
+    ticks = os.sysconf("SC_CLK_TCK")
+    btime = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                 if line.startswith("btime "))
+    started = btime + int(_proc_stat(pid)[19]) / ticks
+    assert abs(value(m, "process_start_time_seconds") - started) < 2
+    assert value(m, "process_start_time_seconds") <= time.time()
+
+    # CPU: between two readings of the broker's own utime+stime taken around the scrape.
+    def kernel_cpu() -> float:
+        f = _proc_stat(pid)
+        return (int(f[11]) + int(f[12])) / ticks
+    produce(b.bootstrap, "m-proc", 200)  # some CPU to count
+    lo = kernel_cpu()
+    cpu = value(scrape(url), "process_cpu_seconds_total")
+    hi = kernel_cpu()
+    # (prometheus-client adds utime and stime as floats: allow one clock tick of rounding)
+    assert 0 < lo - 1 / ticks <= cpu <= hi + 1 / ticks, (lo, cpu, hi)
+
+    # Resident memory: the broker's VmRSS, give or take what a scrape allocates.
+    rss_kb = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                  if line.startswith("VmRSS:"))
+    rss = value(scrape(url), "process_resident_memory_bytes")
+    assert 0.5 * rss_kb * 1024 < rss < 2 * rss_kb * 1024, (rss, rss_kb)
+    assert value(m, "process_max_fds") >= value(m, "process_open_fds") > 0
+
+    # Open fds: 20 more connections to the broker show up as 20 more fds, and go away on close.
+    base = len(os.listdir(f"/proc/{pid}/fd"))
+    socks = [socket.create_connection(("127.0.0.1", b.port), timeout=10) for _ in range(20)]
+    try:
+        scrape_when(url, lambda s: value(s, "process_open_fds") >= base + 20, "20 more open fds")
+    finally:
+        for s_ in socks:
+            s_.close()
+    scrape_when(url, lambda s: value(s, "process_open_fds") < base + 20, "the fds to close")
 
 
 def test_no_endpoint_unless_configured(tmp_path: Path) -> None:

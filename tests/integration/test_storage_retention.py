@@ -34,18 +34,21 @@ SEGMENT = "16384"
 VALUE = b"r" * 200
 
 
-@pytest.fixture
-def kb(broker_factory):
-    return broker_factory(BROKER)
-
-
 _ADMINS: dict[tuple[str, str, int], AdminClient] = {}
 
 
+@pytest.fixture
+def kb(broker_factory):
+    yield broker_factory(BROKER)
+    # The test's admin clients go before its broker stops (broker_factory's teardown comes after
+    # this one): kept, they would reconnect to the stopped broker and log errors until exit.
+    _ADMINS.clear()
+
+
 def _admin(broker) -> AdminClient:
-    # One client per broker run, kept alive: a future of a garbage-collected AdminClient fails with
-    # _DESTROY. Keyed by data dir and start count too: a later test's broker may reuse the port, and
-    # a client whose cached metadata predates a restart is not wanted either.
+    # One client per broker run, kept alive for the test: a future of a garbage-collected
+    # AdminClient fails with _DESTROY. Keyed by data dir and start count too: a later test's broker
+    # may reuse the port, and a client whose cached metadata predates a restart is not wanted either.
     key = (broker.bootstrap, str(broker.data_dir), broker.starts)
     if key not in _ADMINS:
         _ADMINS[key] = AdminClient({"bootstrap.servers": broker.bootstrap})
