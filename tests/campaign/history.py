@@ -142,9 +142,7 @@ def pair_events(events: Iterable[dict[str, Any]], end_time: int | None = None) -
     left without completion becomes ``info`` (it may or may not have taken effect)."""
     pending: dict[str, dict[str, Any]] = {}
     ops: list[Op] = []
-    last_t = 0
     for ev in events:
-        last_t = max(last_t, ev.get("t", 0))
         p = ev["p"]
         if ev["type"] == "invoke":
             if p in pending:  # two invocations in a row: the first never completed
@@ -154,7 +152,8 @@ def pair_events(events: Iterable[dict[str, Any]], end_time: int | None = None) -
         inv = pending.pop(p, None)
         ops.append(_completion(inv, ev))
     for inv in pending.values():
-        ops.append(_completion(inv, None, end_time if end_time is not None else last_t))
+        # Its completion time is unknown: the invocation's own (it never returned).
+        ops.append(_completion(inv, None, end_time if end_time is not None else inv["t"]))
     ops.sort(key=lambda o: (o.time, o.process))
     for i, op in enumerate(ops):
         op.index = i

@@ -209,6 +209,16 @@ def test_rebalance_resets_the_position_tracking():
     assert r.valid and not r.allowed.counts
 
 
+def test_a_rebalance_during_an_operation_voids_its_position_too():
+    # The rebalance came after the op's read: the group's committed offset (behind it) is where
+    # the next op starts, so reading the same record again is no anomaly.
+    h = _three_values(H())
+    h.poll("c1.0", {K0: [(0, 1), (1, 2)]}, mode="subscribe", rebalance=[K0])
+    h.poll("c1.0", {K0: [(1, 2), (2, 3)]}, mode="subscribe")
+    r = h.result()
+    assert r.valid and not r.allowed.counts
+
+
 def test_seek_and_assign_reset_the_position_tracking():
     h = _three_values(H())
     h.assign("c1.0", [K0])
