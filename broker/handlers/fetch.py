@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from broker import dropped_batch
 from broker.client_throttle import max_fetch_bytes
 from broker.fetch_sessions import (
     FINAL_EPOCH,
@@ -281,9 +282,12 @@ def _read(items: list[_Item], max_bytes: int, isolation: int, *,
                 continue
         # A follower copies everything the leader has; consumers see only what is committed.
         upper = None if follower else lso if isolation == READ_COMMITTED else hw
+        start = it.fetch_offset
+        if dropped_batch.ACTIVE and not follower:  # test-only fault
+            start, upper = dropped_batch.clip(part.topic, part.index, start, upper)
         try:
             limit = min(it.max_bytes, max(max_bytes - total, 0))
-            rr = lg.read(it.fetch_offset, limit, max_offset=upper, min_one_batch=total == 0, zero_copy=True)
+            rr = lg.read(start, limit, max_offset=upper, min_one_batch=total == 0, zero_copy=True)
         except OffsetOutOfRangeError:
             results.append(_Result(ErrorCode.OFFSET_OUT_OF_RANGE, hw, lso, lg.log_start_offset, b"", None))
             errors = True
@@ -294,7 +298,7 @@ def _read(items: list[_Item], max_bytes: int, isolation: int, *,
             aborted = []
             if rr.size:
                 aborted = [(a.producer_id, a.first_offset)
-                           for a in lg.collect_aborted_txns(it.fetch_offset, upper)]
+                           for a in lg.collect_aborted_txns(start, upper)]
         total += rr.size
         results.append(_Result(ErrorCode.NONE, hw, lso, lg.log_start_offset, records, aborted))
     return results, total, errors
