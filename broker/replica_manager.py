@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Callable, Iterable
 from functools import partial
@@ -35,7 +34,7 @@ from broker.replication.env import ReplicaEnv
 from broker.replication.fetcher import ReplicaFetcherManager
 from broker.replication.high_watermark import HighWatermarks
 from broker.replication.isr import IsrManager
-from broker.replication.leader import LeaderState
+from broker.replication.leader import LeaderState, lag_clock_ms
 from broker.txn_verification import TxnVerifier
 from protocol.errors import ErrorCode, KafkaError
 from storage.checkpoints import OffsetCheckpointFile
@@ -207,7 +206,7 @@ class ReplicaManager:
                 part.leader_epoch = epoch
                 part.log.assign_leader_epoch(epoch, part.log.log_end_offset)
             return
-        now = int(time.time() * 1000)
+        now = lag_clock_ms()
         if leader == me:
             ls = part.leader_state
             if ls is None or ls.epoch != epoch:
@@ -273,7 +272,7 @@ class ReplicaManager:
         ls = part.leader_state
         if ls is None:
             return
-        fs = ls.record_fetch(replica, fetch_offset, part.log.log_end_offset, int(time.time() * 1000), log_start)
+        fs = ls.record_fetch(replica, fetch_offset, part.log.log_end_offset, lag_clock_ms(), log_start)
         if fs is None:
             return
         self.isr.maybe_expand(part, replica)

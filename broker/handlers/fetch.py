@@ -57,6 +57,7 @@ from broker.fetch_sessions import (
 )
 from broker.handlers import AclOperation, RawResponse, RequestContext, ResourceType, api
 from broker.partition import Partition
+from broker.replication.leader import lag_clock_ms
 from broker.replication.truncation import diverging_epoch
 from protocol.errors import ErrorCode
 from protocol.fast_codecs import FetchPartitionOut, encode_fetch_response
@@ -362,7 +363,7 @@ async def handle_fetch(ctx: RequestContext, request) -> RawResponse:
     _count_bytes_out(ctx, request, items, results)
     if session is None:
         return _build_response(ctx, v, items, results, 0)
-    session.last_fetch_ms = int(time.time() * 1000)
+    session.last_fetch_ms = lag_clock_ms()  # feeds the follower's caught-up time (Partition.tell_sessions)
     read_items = items
     items, results = _session_response(session, items, results, incremental)
     _settle(ctx, session, read_items)
