@@ -14,13 +14,13 @@ nemesis fills. Processes are started and stopped by pid only.
 from __future__ import annotations
 
 import contextlib
-import glob
 import shutil
 from pathlib import Path
 
 from tests.helpers.broker_proc import BrokerProcess, free_port
 from tests.helpers.cluster_state import stop_and_check
 from tests.helpers.etcd_cluster import EtcdCluster
+from tests.helpers.fake_clock import FakeClock
 from tests.helpers.netns import NetLab, Node
 from tests.helpers.small_disk import SmallDisk
 
@@ -49,12 +49,6 @@ CAMPAIGN_OVERRIDES = {
 }
 
 
-def faketime_library() -> str | None:
-    """Path of libfaketime's multi-threaded preload library, or None if Debian's faketime is missing."""
-    found = sorted(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1") + glob.glob("/usr/lib/faketime/libfaketimeMT.so.1"))
-    return found[0] if found else None
-
-
 class CampaignBroker(BrokerProcess):
     """A broker in cluster mode on ``host:port``, optionally inside a namespace, with a fakeable clock."""
 
@@ -65,20 +59,15 @@ class CampaignBroker(BrokerProcess):
         self.host = host
         self.prefix = list(prefix or [])
         self.disk = disk
-        self.clock_file = clock_file
         data_dir = disk.data_dir if disk is not None else base / f"node-{node_id}"
         settings = {**CAMPAIGN_OVERRIDES, "node.id": str(node_id), "kbroker.etcd.endpoints": etcd_endpoints,
                     **(overrides or {})}
         super().__init__(data_dir, port=port, overrides=settings, log_path=base / f"broker-{node_id}.log",
                          env=dict(env or {}))
         self.bootstrap = f"{host}:{port}"
-        if clock_file is not None:
-            lib = faketime_library()
-            assert lib is not None, "libfaketime not installed (Debian package faketime)"
-            clock_file.write_text("+0\n")
-            self.env.update({"LD_PRELOAD": lib, "FAKETIME_TIMESTAMP_FILE": str(clock_file),
-                             "FAKETIME_CACHE_DURATION": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-                             "FAKETIME_DONT_RESET": "1"})
+        self.clock = FakeClock(clock_file) if clock_file is not None else None
+        if self.clock is not None:
+            self.env.update(self.clock.env())
 
     def command(self) -> list[str]:
         settings = {**self.overrides, "listeners": f"PLAINTEXT://{self.bootstrap}",
@@ -90,10 +79,8 @@ class CampaignBroker(BrokerProcess):
 
     def set_clock(self, spec: str) -> None:
         """libfaketime's offset for this broker, e.g. ``+0``, ``+300``, ``-120`` (seconds)."""
-        assert self.clock_file is not None, "broker started without a fakeable clock"
-        tmp = self.clock_file.with_suffix(".tmp")
-        tmp.write_text(spec + "\n")
-        tmp.replace(self.clock_file)
+        assert self.clock is not None, "broker started without a fakeable clock"
+        self.clock.set(spec)
 
 
 class CampaignCluster:
@@ -154,7 +141,7 @@ class CampaignCluster:
         if self.lab is not None:
             self.lab.heal_all()
         for b in self.brokers.values():
-            if b.clock_file is not None:
+            if b.clock is not None:
                 with contextlib.suppress(Exception):
                     b.set_clock("+0")
         for d in self.disks.values():

@@ -314,7 +314,7 @@ class Campaign:
         if c.lab is not None:
             c.lab.heal_all()
         for b in c.brokers.values():
-            if b.clock_file is not None:
+            if b.clock is not None:
                 b.set_clock("+0")
         for d in c.disks.values():
             d.free()

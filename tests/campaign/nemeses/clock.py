@@ -21,7 +21,7 @@ class ClockNemesis(Nemesis):
     kind = "clock"
 
     def unavailable(self) -> str | None:
-        if any(b.clock_file is None for b in self.ctx.cluster.brokers.values()):
+        if any(b.clock is None for b in self.ctx.cluster.brokers.values()):
             return "brokers started without libfaketime (Debian package faketime)"
         return None
 
