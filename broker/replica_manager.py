@@ -37,6 +37,7 @@ from broker.replication.isr import IsrManager
 from broker.replication.leader import LeaderState, lag_clock_ms
 from broker.txn_verification import TxnVerifier
 from protocol.errors import ErrorCode, KafkaError
+from storage import dir_failure
 from storage.checkpoints import OffsetCheckpointFile
 from storage.log import Log
 from storage.log_manager import LogManager
@@ -121,7 +122,11 @@ class ReplicaManager:
             if d is not None and part.replicated:
                 by_dir.setdefault(d, {})[key] = part.high_watermark
         for d, offsets in by_dir.items():
-            OffsetCheckpointFile(d / HW_CHECKPOINT).write(offsets)
+            try:
+                OffsetCheckpointFile(d / HW_CHECKPOINT).write(offsets)
+            except OSError as e:
+                dir_failure.failed(d, e)  # as Kafka: a failed checkpoint write fails the log dir
+                raise
 
     def _checkpointed_high_watermark(self, topic: str, partition: int) -> int | None:
         if self._hw_checkpoint is None:

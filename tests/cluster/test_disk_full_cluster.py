@@ -124,3 +124,28 @@ def test_full_log_dir_halts_one_broker_and_loses_nothing(cluster: tuple[FaultClu
         dirs = {f"broker {n}": partition_dir(b.data_dir, TOPIC, p) for n, b in c.brokers.items()}
         diffs = replica_differences(dirs, max(o for pp, o in got if pp == p) + 1)
         assert not diffs, f"partition {p}: replicas differ: {diffs[:3]}"
+
+
+def test_idle_broker_halts_when_its_high_watermark_checkpoint_fails(etcd: EtcdProcess, tmp_path: Path) -> None:
+    """Found by a campaign: the high-watermark checkpoint (every
+    replica.high.watermark.checkpoint.interval.ms) was the first write into a full log dir; it
+    logged a traceback and the broker went on, where Kafka fails the dir and halts."""
+    with SmallDisk(tmp_path / "disk", 8) as disk:
+        c = FaultCluster(etcd, tmp_path, 3, proxied=False, **{"replica.high.watermark.checkpoint.interval.ms": "200",
+                                                              "log.flush.offset.checkpoint.interval.ms": "600000"})
+        c.brokers[FULL_NODE].data_dir = disk.data_dir
+        full = c.brokers[FULL_NODE]
+        try:
+            c.start()
+            create_topic(c.bootstrap, TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
+            wait_full_isr(c, TOPIC, PARTITIONS, 3)
+            disk.fill()
+            wait_until(lambda: not full.running, f"broker {FULL_NODE} to halt on its full log dir", timeout=30)
+            assert "all log dirs in" in full.log_text() and "Traceback" not in full.log_text(), full.log_tail()
+            disk.free()
+            start_when_lease_gone(full)
+            wait_full_isr(c, TOPIC, PARTITIONS, 3)
+        finally:
+            disk.free()
+            problems = c.stop()
+        assert not problems, "\n\n".join(problems)

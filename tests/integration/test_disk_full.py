@@ -92,3 +92,24 @@ def test_broker_halts_on_a_full_log_dir_and_keeps_every_acknowledged_record(tmp_
             assert not missing, f"{len(missing)} acknowledged records missing or moved, e.g. {missing[:5]}"
         finally:
             b.kill()
+
+
+def test_an_idle_broker_halts_when_its_checkpoint_write_fails(tmp_path: Path) -> None:
+    """With nothing produced, the periodic recovery-point checkpoint is the first write into a full
+    log dir: it fails the dir as any other write does (Kafka: LogManager.checkpointLogRecoveryOffsets
+    hands the IOException to the LogDirFailureChannel)."""
+    with SmallDisk(tmp_path / "disk", 8) as disk:
+        b = BrokerProcess(disk.data_dir, log_path=tmp_path / "broker.log",
+                          overrides={"log.flush.offset.checkpoint.interval.ms": "200"})
+        b.start()
+        try:
+            disk.fill()
+            deadline = time.monotonic() + 30
+            while b.running and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not b.running, "the broker kept running with a full log dir"
+            assert HALT_LINE in b.log_text() and "Traceback" not in b.log_text(), b.log_tail()
+            disk.free()
+            b.start()
+        finally:
+            b.kill()
