@@ -17,14 +17,16 @@ class Options:
     seed: int = 1
     workloads: tuple[str, ...] = WORKLOADS
     faults: tuple[str, ...] = KINDS
-    queue_workers: int = 4
-    kafka_python_workers: int = 1  # of the queue workers
-    txn_workers: int = 3
+    queue_workers: int = 6
+    kafka_python_workers: int = 2  # of the queue workers
+    txn_workers: int = 4
     queue_topics: int = 4  # 2 partitions each: a key is a partition
     txn_topics: int = 3
     abort_p: float = 0.2
     rate: float = 0.0  # per worker, ops/s at most (0: unbounded)
-    fault_gap: tuple[float, float] = (3.0, 10.0)  # seconds between one fault's recovery and the next
+    fault_gap: tuple[float, float] = (5.0, 15.0)  # seconds between one fault's recovery and the next
+    rounds: int = 0  # rounds through every fault kind (0: as many as the duration allows)
+    hold_scale: float = 1.0
     disk_mb: int = 256
     netns: bool = True
     faketime: bool = True
@@ -73,7 +75,11 @@ def parse(argv: list[str] | None = None) -> Options:
     p.add_argument("--abort-p", type=float, default=d.abort_p, help="share of transactions aborted on purpose")
     p.add_argument("--rate", type=float, default=d.rate, help="operations per second per worker at most (0: unbounded)")
     p.add_argument("--fault-gap", type=_pair, default=d.fault_gap, metavar="LO:HI",
-                   help="seconds between a fault's recovery and the next fault (default 3:10)")
+                   help="seconds between a fault's recovery and the next fault (default 5:15)")
+    p.add_argument("--rounds", type=int, default=d.rounds,
+                   help="rounds through every fault kind, each kind once per round in a shuffled order (0: no limit)")
+    p.add_argument("--hold-scale", type=float, default=d.hold_scale,
+                   help="multiply every fault's hold time (e.g. 0.5 for a short campaign)")
     p.add_argument("--disk-mb", type=int, default=d.disk_mb, help="size of each broker's tmpfs log dir (0: no tmpfs)")
     p.add_argument("--no-netns", dest="netns", action="store_false", help="everything on 127.0.0.1 (no partitions)")
     p.add_argument("--no-faketime", dest="faketime", action="store_false")
@@ -90,5 +96,6 @@ def parse(argv: list[str] | None = None) -> Options:
     return Options(duration=a.duration, seed=a.seed, workloads=a.workloads, faults=a.faults,
                    queue_workers=a.queue_workers, kafka_python_workers=a.kafka_python_workers,
                    txn_workers=a.txn_workers, abort_p=a.abort_p, rate=a.rate, fault_gap=a.fault_gap,
+                   rounds=a.rounds, hold_scale=a.hold_scale,
                    disk_mb=a.disk_mb, netns=a.netns, faketime=a.faketime, out=a.out, group_protocol=a.group_protocol,
                    broker_env=env)

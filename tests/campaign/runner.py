@@ -229,7 +229,7 @@ class Campaign:
         assert c is not None
         ctx = NemesisContext(cluster=c, rng=self.rng, topics=self.topics,
                              txn_ids=[f"cx-w{100 + i}" for i in range(max(1, self.opts.txn_workers))],
-                             groups=["cq", "cx"], now_s=self.now_s, log=self.log)
+                             groups=["cq", "ct"], now_s=self.now_s, log=self.log, hold_scale=self.opts.hold_scale)
         nemeses = []
         for kind in self.opts.faults:
             n = NEMESES[kind](ctx)
@@ -244,15 +244,19 @@ class Campaign:
                 time.sleep(0.5)
             return
         order: list = []
+        rounds = 0
         tail = min(15.0, duration * 0.1)
         while True:
             gap = self.rng.uniform(*self.opts.fault_gap)
             if self.now_s() + gap >= duration - tail:
                 break
-            time.sleep(gap)
             if not order:
+                if self.opts.rounds and rounds >= self.opts.rounds:
+                    break
+                rounds += 1
                 order = nemeses[:]
                 self.rng.shuffle(order)
+            time.sleep(gap)
             n = order.pop()
             try:
                 fault = n.start()

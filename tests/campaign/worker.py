@@ -6,10 +6,10 @@ operation in its own history file.
     python -m tests.campaign.worker --drain --workload W --client C --keys ... --out FILE ...
 
 Operations, as ``jepsen.tests.kafka``'s generator draws them (``queue``): ``send`` of one unique
-value to a random key, ``poll`` (then the consumed positions are committed, as Jepsen's clients
-``commitSync``), and now and then ``assign`` (a random set of keys; a third of the time the keys
+value to a random key, ``poll``, and now and then ``assign`` (a random set of keys; a third of the time the keys
 this client sent to but has not read back yet, Jepsen's ``poll-unseen``), ``subscribe`` (the
-topics of random keys, in the workload's shared group), ``seek`` (assigned partitions moved back)
+topics of random keys, in the workload's shared group, whose positions each poll then commits),
+``seek`` (assigned partitions moved back)
 and ``crash`` (the client is torn down). ``txn``: every read/write operation is a transaction of 1
 to 4 micro-operations (sends to several partitions, polls), whose consumed positions go into the
 transaction with ``send_offsets_to_transaction`` (consume-transform-produce); it commits, or aborts
@@ -206,8 +206,9 @@ class Worker:
             return
         if reads:
             self._note_reads(reads)
-            cerr = self.client.commit()
-            err = "; ".join(x for x in (err, cerr) if x) or None
+            if self.client.mode == "subscribe":  # as Jepsen's clients: commitSync with subscribe only
+                cerr = self.client.commit()
+                err = "; ".join(x for x in (err, cerr) if x) or None
         self.complete("ok", "poll", [["poll", reads]], error=err)
 
     def op_seek(self) -> None:

@@ -72,7 +72,7 @@ class NetLab:
         reason = unavailable_reason()
         if reason:
             raise NetLabUnavailable(reason)
-        self.tag = tag or f"k{os.getpid() % 100000}"
+        self.tag = tag or f"k{os.getpid()}"  # the owner's pid: cleanup_stale() knows when it is gone
         self.bridge = f"{self.tag}br"[:15]
         self.nodes: dict[str, Node] = {}
         self.subnet = self._free_subnet()
@@ -141,6 +141,27 @@ class NetLab:
         self.nodes.clear()
         with contextlib.suppress(Exception):
             _run("ip", "link", "del", self.bridge)
+
+    @staticmethod
+    def cleanup_stale() -> list[str]:
+        """Remove namespaces and bridges of NetLabs whose process is gone (killed before its close())."""
+        import re
+
+        removed = []
+        names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+        links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+        for name in names:
+            m = re.fullmatch(r"k(\d+)-[be]\d+", name)
+            if m and not os.path.exists(f"/proc/{m[1]}"):
+                with contextlib.suppress(Exception):
+                    _run("ip", "netns", "del", name)
+                    removed.append(name)
+        for m in re.finditer(r"^\d+: (k(\d+)br)[:@]", links, re.M):
+            if not os.path.exists(f"/proc/{m[2]}"):
+                with contextlib.suppress(Exception):
+                    _run("ip", "link", "del", m[1])
+                    removed.append(m[1])
+        return removed
 
     def __enter__(self) -> NetLab:
         return self

@@ -44,6 +44,7 @@ class NemesisContext:
     groups: list[str]
     now_s: Callable[[], float]
     log: Callable[[str], None]
+    hold_scale: float = 1.0  # every hold multiplied by this (a short campaign shortens them)
 
 
 class Nemesis:
@@ -62,8 +63,14 @@ class Nemesis:
     def start(self) -> Fault:
         raise NotImplementedError
 
+    def min_hold_s(self) -> float:
+        """The shortest hold that still makes the fault what it is."""
+        return 1.0
+
     def fault(self, variant: str, target: str, hold: float | None = None) -> Fault:
-        return Fault(self.kind, variant, target, self.ctx.now_s(), self.hold_s() if hold is None else hold)
+        if hold is None:
+            hold = max(self.min_hold_s(), self.hold_s() * self.ctx.hold_scale)
+        return Fault(self.kind, variant, target, self.ctx.now_s(), hold)
 
 
 BROKER_TARGETS = ("leader", "txn-coordinator", "group-coordinator", "controller", "random")

@@ -52,9 +52,14 @@ class KillNemesis(Nemesis):
 class PauseNemesis(Nemesis):
     kind = "pause"
 
+    def session_s(self) -> float:
+        return int(self.ctx.cluster.brokers[1].overrides.get("broker.session.timeout.ms", "6000")) / 1000
+
     def hold_s(self) -> float:
-        session_s = int(self.ctx.cluster.brokers[1].overrides.get("broker.session.timeout.ms", "6000")) / 1000
-        return session_s + self.ctx.rng.uniform(2, 10)
+        return self.session_s() + self.ctx.rng.uniform(2, 10)
+
+    def min_hold_s(self) -> float:
+        return self.session_s() + 1.5  # past the session timeout, or it is no zombie test
 
     def start(self) -> Fault:
         ctx = self.ctx
