@@ -14,7 +14,9 @@ nemesis fills. Processes are started and stopped by pid only.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
+import signal
 from pathlib import Path
 
 from tests.helpers.broker_proc import BrokerProcess, free_port
@@ -146,6 +148,10 @@ class CampaignCluster:
                     b.set_clock("+0")
         for d in self.disks.values():
             d.free()
+        for b in self.brokers.values():  # one left paused (an interrupted run) would ignore SIGTERM
+            if b.running:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(b.proc.pid, signal.SIGCONT)  # type: ignore[union-attr]
         try:
             problems = stop_and_check(self)  # type: ignore[arg-type]  (duck-typed: .brokers)
         finally:

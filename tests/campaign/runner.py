@@ -43,6 +43,7 @@ from .options import Options
 INTERNAL = ["__consumer_offsets", "__transaction_state"]
 RECOVER_IN_LOOP_S = 90.0
 WORKER_GRACE_S = 60.0
+MAX_WORKER_RESTARTS = 50  # a worker that keeps dying (a broken client setup) is not restarted forever
 
 
 @dataclass
@@ -202,6 +203,11 @@ class Campaign:
                     continue
                 if self.now_s() < self.opts.duration - 5:
                     code = w.proc.returncode
+                    if w.restarts >= MAX_WORKER_RESTARTS:
+                        if w.restarts == MAX_WORKER_RESTARTS:
+                            w.restarts += 1
+                            self.problems.append(f"worker {w.index} exited {MAX_WORKER_RESTARTS} times; not restarted")
+                        continue
                     w.restart += 1
                     w.restarts += 1
                     self.log(f"worker {w.index} ({w.workload}/{w.client}) exited with {code}; restart {w.restart}")
