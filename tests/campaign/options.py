@@ -17,7 +17,7 @@ class Options:
     seed: int = 1
     workloads: tuple[str, ...] = WORKLOADS
     faults: tuple[str, ...] = KINDS
-    queue_workers: int = 6
+    queue_workers: int = 8
     kafka_python_workers: int = 2  # of the queue workers
     txn_workers: int = 4
     queue_topics: int = 4  # 2 partitions each: a key is a partition

@@ -6,10 +6,10 @@ operation in its own history file.
     python -m tests.campaign.worker --drain --workload W --client C --keys ... --out FILE ...
 
 Operations, as ``jepsen.tests.kafka``'s generator draws them (``queue``): ``send`` of one unique
-value to a random key, ``poll``, and now and then ``assign`` (a random set of keys; a third of the time the keys
+value to a random key, ``poll`` (then the consumed positions are committed, as Jepsen's clients
+``commitSync``; an assigned consumer has a group of its own for that), and now and then ``assign`` (a random set of keys; a third of the time the keys
 this client sent to but has not read back yet, Jepsen's ``poll-unseen``), ``subscribe`` (the
-topics of random keys, in the workload's shared group, whose positions each poll then commits),
-``seek`` (assigned partitions moved back)
+topics of random keys, in the workload's shared group), ``seek`` (assigned partitions moved back)
 and ``crash`` (the client is torn down). ``txn``: every read/write operation is a transaction of 1
 to 4 micro-operations (sends to several partitions, polls), whose consumed positions go into the
 transaction with ``send_offsets_to_transaction`` (consume-transform-produce); it commits, or aborts
@@ -126,7 +126,7 @@ class Worker:
         threading.Thread(target=self.watchdog, daemon=True).start()
         self.new_client()
         if self.client is not None:
-            self.attach(first=True)
+            self.attach()
         while self.client is not None and self.history.now() < self.until_ns:
             if self.args.rate > 0:
                 time.sleep(self.rng.expovariate(self.args.rate))
@@ -151,7 +151,7 @@ class Worker:
             self.client.close()
         self.history.close()
 
-    def attach(self, f: str | None = None, first: bool = False) -> None:
+    def attach(self, f: str | None = None) -> None:
         f = f or ("assign" if self.rng.random() < 0.5 else "subscribe")
         if f == "assign":
             keys = self.rng.sample(self.keys, self.rng.randint(1, len(self.keys)))
@@ -206,9 +206,11 @@ class Worker:
             return
         if reads:
             self._note_reads(reads)
-            if self.client.mode == "subscribe":  # as Jepsen's clients: commitSync with subscribe only
-                cerr = self.client.commit()
-                err = "; ".join(x for x in (err, cerr) if x) or None
+            # As Jepsen's clients commitSync; under assign too (the client's own group), so that a
+            # new assignment resumes there instead of reading the partitions from the start again
+            # (which costs the pure-Python client more CPU than the brokers can spare).
+            cerr = self.client.commit()
+            err = "; ".join(x for x in (err, cerr) if x) or None
         self.complete("ok", "poll", [["poll", reads]], error=err)
 
     def op_seek(self) -> None:
