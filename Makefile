@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.kbroker-installed
 TEST_STAMP := $(VENV)/.kbroker-test-installed
 JS_DIR := tests/compat/js
 
-.PHONY: serve test test-all lint bench install install-test clean-data tools spark-demo compose-up compose-down compose-test
+.PHONY: serve test test-all lint bench install install-test clean-data tools spark-demo compose-up compose-down compose-test chaos
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -26,12 +26,16 @@ install: $(STAMP)
 install-test: $(TEST_STAMP) tools
 
 # Client tools used by the compatibility tests: kcat (Debian) and kafkajs (npm); etcd (Debian etcd-server) for tests/cluster/;
-# promtool (Debian prometheus) for tests/integration/test_metrics.py.
+# promtool (Debian prometheus) for tests/integration/test_metrics.py; for the fault campaigns (make chaos) and their
+# tests: faketime (clock faults), nftables and iproute2 (network partitions between namespaces).
 tools:
 	@missing=""; \
 	  command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
 	  command -v etcd >/dev/null 2>&1 || missing="$$missing etcd-server"; \
 	  command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	  command -v faketime >/dev/null 2>&1 || missing="$$missing faketime"; \
+	  command -v nft >/dev/null 2>&1 || missing="$$missing nftables"; \
+	  command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
 	  if [ -n "$$missing" ]; then \
 	    if [ "$$(id -u)" = 0 ]; then echo "installing Debian packages:$$missing"; \
 	      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing) >/dev/null; \
@@ -62,6 +66,16 @@ RDKAFKA_PERF := benchmarks/build/rdkafka_performance
 bench: install-test $(RDKAFKA_PERF)
 	$(PIP) install -q -e '.[bench]'
 	$(PY) benchmarks/bench.py $(BENCH_ARGS)
+
+# A fault campaign (docs/fault-campaigns.md): 3 brokers on a 3-member etcd, the queue and transactional workloads,
+# every kind of fault, the history checked for Jepsen's anomaly classes; exits non-zero on any anomaly, last line a
+# summary, the report under build/chaos/. As root (network namespaces, tmpfs). CHAOS_ARGS adds options, e.g.
+# CHAOS_ARGS="--faults kill,partition --workloads queue" (python -m tests.campaign --help lists them).
+DURATION ?= 120
+SEED ?= 1
+chaos: install-test
+	$(PIP) install -q -e '.[chaos]'
+	$(PY) -m tests.campaign --duration $(DURATION) --seed $(SEED) $(CHAOS_ARGS)
 
 # librdkafka's rdkafka_performance (the C client of `make bench`), built once from Debian's librdkafka
 # source package (gitignored benchmarks/build/), linked against the librdkafka of the venv's confluent-kafka

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -45,6 +46,7 @@ from coordinator.producer_id_manager import ProducerIdManager
 from coordinator.txn_coordinator import TransactionCoordinator
 from security.authorizer import authorizer_from_config
 from security.quotas import ClientQuotaManager
+from storage import dir_failure
 from storage.cleaner import LogCleaner, should_clean
 from storage.dir_lock import lock_dirs
 from storage.log_manager import LogManager
@@ -55,6 +57,17 @@ log = logging.getLogger("broker")
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _halt_on_log_dir_failure(log_dir: Path, error: OSError) -> None:
+    """A write into a log dir failed (storage/dir_failure.py): as Kafka's LogManager when every log
+    dir has failed, halt at once, from whichever thread saw it. No shutdown: nothing more may be
+    written, acknowledged or served from a dir that may hold part of a write; the leaderships move
+    to the other replicas when the etcd lease expires, and the next start recovers the dir."""
+    log.critical("Shutdown broker because all log dirs in %s have failed: %s (halting)", log_dir, error)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    os._exit(1)
 
 
 class Broker:
@@ -108,6 +121,7 @@ class Broker:
             d.mkdir(parents=True, exist_ok=True)
         # Before anything in the dirs is read or written; held until the process exits.
         self._dir_locks = lock_dirs(self.log_dirs)
+        dir_failure.set_handler(_halt_on_log_dir_failure)
         advertised = self.config.advertised_listeners[0]
         if self.config.get("kbroker.etcd.endpoints"):
             self.metadata = await self._join_cluster(advertised)

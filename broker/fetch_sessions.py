@@ -91,7 +91,7 @@ class FetchSession:
     partitions: OrderedDict[tuple[str, int], CachedPartition] = field(default_factory=OrderedDict)
     dirty: set[tuple[str, int]] = field(default_factory=set)
     waiter: asyncio.Future[None] | None = None
-    last_fetch_ms: int = 0  # when the follower last fetched in this session
+    last_fetch_ms: int = 0  # when the follower last fetched in this session (lag_clock_ms: monotonic)
 
     def update(self, key: tuple[str, int], cp: CachedPartition) -> None:
         """Add a partition or refresh its fetch state (the cached response figures stay)."""

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Callable, Iterable
 from functools import partial
@@ -35,9 +34,10 @@ from broker.replication.env import ReplicaEnv
 from broker.replication.fetcher import ReplicaFetcherManager
 from broker.replication.high_watermark import HighWatermarks
 from broker.replication.isr import IsrManager
-from broker.replication.leader import LeaderState
+from broker.replication.leader import LeaderState, lag_clock_ms
 from broker.txn_verification import TxnVerifier
 from protocol.errors import ErrorCode, KafkaError
+from storage import dir_failure
 from storage.checkpoints import OffsetCheckpointFile
 from storage.log import Log
 from storage.log_manager import LogManager
@@ -125,7 +125,11 @@ class ReplicaManager:
             if d is not None and part.replicated:
                 by_dir.setdefault(d, {})[key] = part.high_watermark
         for d, offsets in by_dir.items():
-            OffsetCheckpointFile(d / HW_CHECKPOINT).write(offsets)
+            try:
+                OffsetCheckpointFile(d / HW_CHECKPOINT).write(offsets)
+            except OSError as e:
+                dir_failure.failed(d, e)  # as Kafka: a failed checkpoint write fails the log dir
+                raise
 
     def _checkpointed_high_watermark(self, topic: str, partition: int) -> int | None:
         if self._hw_checkpoint is None:
@@ -209,7 +213,7 @@ class ReplicaManager:
                 part.leader_epoch = epoch
                 part.log.assign_leader_epoch(epoch, part.log.log_end_offset)
             return
-        now = int(time.time() * 1000)
+        now = lag_clock_ms()
         if leader == me:
             ls = part.leader_state
             if ls is None or ls.epoch != epoch:
@@ -280,7 +284,7 @@ class ReplicaManager:
         ls = part.leader_state
         if ls is None:
             return
-        fs = ls.record_fetch(replica, fetch_offset, part.log.log_end_offset, int(time.time() * 1000), log_start)
+        fs = ls.record_fetch(replica, fetch_offset, part.log.log_end_offset, lag_clock_ms(), log_start)
         if fs is None:
             return
         self.isr.maybe_expand(part, replica)

@@ -4,7 +4,9 @@ aetcd has no client for etcd's election service, so the election is the classic 
 transaction puts ``controller`` under the candidate's lease only if the key's create revision is 0
 (it does not exist). etcd serialises the transactions, so exactly one candidate wins. The key's create
 revision is the controller epoch: every new controller gets a higher one. Losers watch the key and
-campaign again when it is deleted (the holder resigned, or its lease was revoked or expired).
+campaign again when it is deleted (the holder resigned, or its lease was revoked or expired). A
+campaign that finds the key under its own session's lease (it won before a connection error broke
+its watch) is still the controller.
 
 ``is_controller()`` is also false once the session is fenced: a controller cut off from etcd stops
 acting on its local deadline, before etcd can expire its lease and let another broker win.
@@ -82,7 +84,11 @@ class ControllerElection:
         if not results:  # the holder's key vanished between compare and get: cannot happen in one txn
             return False, 0, 0
         (_value, kv), = results
-        return won, kv.create_revision, kv.mod_revision
+        # The key may be this session's own, won before a connection error interrupted the watch
+        # on it: still ours (its lease is ours, so nobody else can have put it), not a loss, which
+        # would wait forever for a deletion our own live lease prevents.
+        ours = kv.lease == self.session.lease_id != 0
+        return won or ours, kv.create_revision, kv.mod_revision
 
     async def _wait_deleted(self, mod_revision: int) -> None:
         """Return once the controller key is deleted after ``mod_revision``."""

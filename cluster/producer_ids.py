@@ -11,7 +11,9 @@ data survives.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 
 from .etcd_keys import KeyLayout
 from .etcd_session import EtcdSession
@@ -37,6 +39,8 @@ class ProducerIdAllocator:
 
     async def allocate(self, broker_id: int) -> ProducerIdBlock:
         """The next free block, reserved for ``broker_id``."""
+        if (delay_s := _test_delay()) is not None:
+            await asyncio.sleep(delay_s)
         client = self.session.client
         tx = client.transactions
         key = self.keys.producer_ids
@@ -53,3 +57,10 @@ class ProducerIdAllocator:
             log.debug("producer-id block %d..%d taken by another broker (attempt %d)", block.first, block.last,
                       attempt)
         raise RuntimeError(f"no producer-id block after {self.max_attempts} contended attempts")
+
+
+def _test_delay() -> float | None:
+    """Test-only: ``KBROKERTEST_DELAY_POINT=producer_ids.allocate:<ms>`` holds every block
+    allocation that long, so a test can ask for an id while none has arrived yet."""
+    name, _, ms = os.environ.get("KBROKERTEST_DELAY_POINT", "").rpartition(":")
+    return int(ms) / 1000 if name == "producer_ids.allocate" and ms.isdigit() else None

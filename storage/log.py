@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Protocol
 
 from storage import batch as rb
+from storage import dir_failure
 from storage.batch import BatchHeader
 from storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
@@ -161,12 +162,16 @@ class FlushPlan:
     def sync(self) -> None:
         """The blocking part: fsync the captured files (and the dir). Touches no Log state, so it
         may run in an executor while the loop appends, rolls, truncates or retires segments."""
-        for seg in self.segments:
-            seg.sync()
-        for _, path in self.files:
-            fsync_file(path)  # a file deleted meanwhile is simply gone
-        if self.dir is not None:
-            fsync_dir(self.dir)
+        try:
+            for seg in self.segments:
+                seg.sync()
+            for _, path in self.files:
+                fsync_file(path)  # a file deleted meanwhile is simply gone
+            if self.dir is not None:
+                fsync_dir(self.dir)
+        except OSError as e:
+            dir_failure.failed(self.log.dir.parent, e)
+            raise
 
 
 class ProducerStateHook(Protocol):
@@ -515,11 +520,15 @@ class Log:
             seg = self.segments[-1]
         start = headers[0].position
         end = headers[-1].position + headers[-1].batch_length + rb.LOG_OVERHEAD
-        if end - start == size:
-            seg.append(buf, start, end, headers)
-        else:  # batches not back to back in buf: write each one
-            for h in headers:
-                seg.append(buf, h.position, h.position + h.size, [h])
+        try:
+            if end - start == size:
+                seg.append(buf, start, end, headers)
+            else:  # batches not back to back in buf: write each one
+                for h in headers:
+                    seg.append(buf, h.position, h.position + h.size, [h])
+        except OSError as e:
+            dir_failure.failed(self.dir.parent, e)  # the broker halts here (storage/dir_failure.py)
+            raise
 
     def append_as_follower(self, buf: bytearray | memoryview, headers: list[BatchHeader], *, now_ms: int) -> AppendResult:
         """Replication: append batches exactly as the leader wrote them (offsets, leader epochs and
@@ -546,6 +555,7 @@ class Log:
                 self.assign_leader_epoch(epoch, h.base_offset)
         return AppendResult(first, expected - 1, max_ts, -1, self.flush_messages_due())
 
+    @dir_failure.reports_failure
     def roll(self, now_ms: int | None = None) -> None:
         """Start a new active segment at the log end offset (no-op if the active one is empty there)."""
         now = _now(now_ms)
@@ -720,6 +730,7 @@ class Log:
     def flush_in_flight(self) -> bool:
         return self._flushing is not None
 
+    @dir_failure.reports_failure
     def flush(self, up_to: int | None = None) -> None:
         """fsync segments holding offsets below ``up_to`` (default: all) and advance the recovery
         point: plan, sync and complete in the calling thread. Blocking; for close, shutdown and
@@ -771,6 +782,7 @@ class Log:
     # retention, truncation
     # ------------------------------------------------------------------------------------------
 
+    @dir_failure.reports_failure
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: raise the log start offset to ``offset`` and drop whole segments below it."""
         if offset > self.log_end_offset:
@@ -781,6 +793,7 @@ class Log:
             self._delete_log_start_breached(now_ms())
         return self.log_start_offset
 
+    @dir_failure.reports_failure
     def apply_retention(self, now_ms: int) -> int:
         """retention.ms / retention.bytes over whole non-active segments (cleanup.policy with
         delete), plus segments below the log start offset; returns how many were deleted."""
@@ -828,6 +841,7 @@ class Log:
                 self.producer_state.delete_snapshots_below(self.segments[0].base_offset)
         return len(doomed)
 
+    @dir_failure.reports_failure
     def truncate_to(self, offset: int) -> None:
         """Drop everything at offsets >= offset (follower truncation)."""
         if offset >= self.log_end_offset:
@@ -852,6 +866,7 @@ class Log:
         self._truncate_epochs_from_end(self.log_end_offset)
         self._rebuild_producer_state(now)
 
+    @dir_failure.reports_failure
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Replication: drop the whole log and continue at ``offset`` (a follower that fell below
         the leader's log start offset)."""
@@ -873,6 +888,7 @@ class Log:
     # transactions
     # ------------------------------------------------------------------------------------------
 
+    @dir_failure.reports_failure
     def add_aborted_txn(self, txn: AbortedTxn) -> None:
         seg = self.segment_for(txn.last_offset) or self.segments[0]
         seg.add_aborted_txn(txn)
@@ -892,6 +908,7 @@ class Log:
     # leader epochs
     # ------------------------------------------------------------------------------------------
 
+    @dir_failure.reports_failure
     def assign_leader_epoch(self, epoch: int, start_offset: int) -> None:
         if epoch < 0:
             return
@@ -971,6 +988,7 @@ class Log:
         """An empty ``*.cleaned`` segment for the cleaner to fill via Segment.append."""
         return self._new_segment(base_offset, suffix=CLEANED_SUFFIX)
 
+    @dir_failure.reports_failure
     def replace_segments(self, old: list[Segment], new: list[Segment]) -> None:
         """Swap cleaned segments in for ``old`` (none of them the active segment), crash-safely:
         new files fsynced -> renamed ``.swap`` -> old renamed ``.deleted`` -> ``.swap`` renamed to

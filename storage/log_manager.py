@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from storage import dir_failure
 from storage.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
@@ -171,7 +172,11 @@ class LogManager:
         path = self.dir_for(topic, partition)
         # A partition created now has nothing to recover.
         fresh = not path.exists()
-        lg = Log.open(path, config, producer_state=self._producer_state(path), clean_shutdown=fresh)
+        try:
+            lg = Log.open(path, config, producer_state=self._producer_state(path), clean_shutdown=fresh)
+        except OSError as e:
+            dir_failure.failed(path.parent, e)
+            raise
         self._logs[(topic, partition)] = lg
         self._set_dir((topic, partition), path.parent)
         log.debug("Created log for %s-%d in %s", topic, partition, path.parent)
@@ -206,9 +211,11 @@ class LogManager:
                 lg = Log.open(path, config, producer_state=self._producer_state(path), clean_shutdown=fresh)
                 opened.append((p, lg))
                 lg.assign_leader_epoch(leader_epochs[p], lg.log_end_offset)
-        except BaseException:
+        except BaseException as e:
             for _, lg in opened:
                 lg.close()
+            if isinstance(e, OSError):
+                dir_failure.failed(path.parent, e)
             raise
         return opened
 
@@ -297,8 +304,12 @@ class LogManager:
                 # Kafka only records start offsets that moved past the first segment's base.
                 if lg.segments and lg.log_start_offset > lg.segments[0].base_offset:
                     starts[tp] = lg.log_start_offset
-            OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).write(recovery)
-            OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).write(starts)
+            try:
+                OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).write(recovery)
+                OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).write(starts)
+            except OSError as e:
+                dir_failure.failed(log_dir, e)
+                raise
 
     def flush_dirty(self, now_ms: int) -> int:
         """Flush logs due by flush.ms and segments rolled since the last flush, synchronously in the

@@ -17,6 +17,7 @@ the batch that set it) at the same points, and once more when the segment become
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import struct
@@ -350,14 +351,21 @@ class Segment:
 
     def append(self, buf: bytes | bytearray | memoryview, start: int, end: int,
                headers: list[rb.BatchHeader]) -> None:
-        """Write ``buf[start:end]`` (the batches ``headers`` describe, offsets assigned)."""
+        """Write ``buf[start:end]`` (the batches ``headers`` describe, offsets assigned). All or
+        nothing: a write that fails part way (no space left) cuts the file back to where it was
+        before raising, and the batches are indexed only once they are written."""
         pos = self.size
+        view = memoryview(buf)[start:end]
+        try:
+            while view:
+                view = view[os.write(self.fd, view) :]
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, pos)  # O_APPEND: the next write lands at pos again
+            raise
         index_batch = self._index_batch
         for h in headers:
             index_batch(h, pos + h.position - start)
-        view = memoryview(buf)[start:end]
-        while view:
-            view = view[os.write(self.fd, view) :]
         self.size = pos + end - start
         last = headers[-1]
         self.next_offset = last.base_offset + last.last_offset_delta + 1

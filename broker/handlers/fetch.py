@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from broker import dropped_batch
 from broker.client_throttle import max_fetch_bytes
 from broker.fetch_sessions import (
     FINAL_EPOCH,
@@ -56,6 +57,7 @@ from broker.fetch_sessions import (
 )
 from broker.handlers import AclOperation, RawResponse, RequestContext, ResourceType, api
 from broker.partition import Partition
+from broker.replication.leader import lag_clock_ms
 from broker.replication.truncation import diverging_epoch
 from protocol.errors import ErrorCode
 from protocol.fast_codecs import FetchPartitionOut, encode_fetch_response
@@ -281,9 +283,12 @@ def _read(items: list[_Item], max_bytes: int, isolation: int, *,
                 continue
         # A follower copies everything the leader has; consumers see only what is committed.
         upper = None if follower else lso if isolation == READ_COMMITTED else hw
+        start = it.fetch_offset
+        if dropped_batch.ACTIVE and not follower:  # test-only fault
+            start, upper = dropped_batch.clip(part.topic, part.index, start, upper)
         try:
             limit = min(it.max_bytes, max(max_bytes - total, 0))
-            rr = lg.read(it.fetch_offset, limit, max_offset=upper, min_one_batch=total == 0, zero_copy=True)
+            rr = lg.read(start, limit, max_offset=upper, min_one_batch=total == 0, zero_copy=True)
         except OffsetOutOfRangeError:
             results.append(_Result(ErrorCode.OFFSET_OUT_OF_RANGE, hw, lso, lg.log_start_offset, b"", None))
             errors = True
@@ -294,7 +299,7 @@ def _read(items: list[_Item], max_bytes: int, isolation: int, *,
             aborted = []
             if rr.size:
                 aborted = [(a.producer_id, a.first_offset)
-                           for a in lg.collect_aborted_txns(it.fetch_offset, upper)]
+                           for a in lg.collect_aborted_txns(start, upper)]
         total += rr.size
         results.append(_Result(ErrorCode.NONE, hw, lso, lg.log_start_offset, records, aborted))
     return results, total, errors
@@ -358,7 +363,7 @@ async def handle_fetch(ctx: RequestContext, request) -> RawResponse:
     _count_bytes_out(ctx, request, items, results)
     if session is None:
         return _build_response(ctx, v, items, results, 0)
-    session.last_fetch_ms = int(time.time() * 1000)
+    session.last_fetch_ms = lag_clock_ms()  # feeds the follower's caught-up time (Partition.tell_sessions)
     read_items = items
     items, results = _session_response(session, items, results, incremental)
     _settle(ctx, session, read_items)

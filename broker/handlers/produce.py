@@ -56,7 +56,7 @@ import asyncio
 
 from kafka.protocol.producer import ProduceResponse
 
-from broker import log_flusher
+from broker import dropped_batch, log_flusher
 from broker.append_path import TxnRefusal
 from broker.features import TV2_PRODUCE_VERSION, transaction_version
 from broker.handlers import AclOperation, CloseConnection, RequestContext, ResourceType, api
@@ -180,6 +180,8 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
                 else:
                     o = await rm.appends.append_client(part, pd.records, verification_guard=verdict)
                     outcome_code, base, lat, lso, msg = o.error, o.base_offset, o.log_append_time, o.log_start_offset, o.message
+                    if dropped_batch.ACTIVE and o.error == ErrorCode.NONE:  # test-only fault
+                        dropped_batch.on_appended(name, pd.index, o.base_offset, o.last_offset)
                     if o.record_errors and v >= 8:  # the field exists from v8
                         record_errors = [RecordError(version=v, batch_index=i, batch_index_error_message=m)
                                          for i, m in o.record_errors]

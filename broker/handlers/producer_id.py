@@ -1,7 +1,9 @@
 """InitProducerId (key 22), versions 0-6.
 
 As in Kafka, a request without a transactional id always gets a fresh producer id with epoch 0
-from the persisted id-block allocator (ids are never reused, even after kill -9); a producer
+from the persisted id-block allocator (ids are never reused, even after kill -9), or, in a cluster
+while no id block has arrived from etcd yet, COORDINATOR_LOAD_IN_PROGRESS (retriable, as Kafka's
+RPCProducerIdManager answers while its block request is in flight); a producer
 id/epoch passed by the client (KIP-360, v3+) is not needed to fence anything for idempotent
 producers.
 
@@ -29,7 +31,7 @@ from __future__ import annotations
 from kafka.protocol.producer import InitProducerIdResponse
 
 from broker.handlers import AclOperation, RequestContext, ResourceType, api
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 
 
 def _two_phase_commit_denied(ctx: RequestContext, tid: str) -> bool:
@@ -67,12 +69,18 @@ async def handle_init_producer_id(ctx: RequestContext, request) -> InitProducerI
     else:
         if enable_2pc and _two_phase_commit_denied(ctx, request.transactional_id):
             return _response(v, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-        code, pid, epoch, ongoing_pid, ongoing_epoch = await ctx.services.txn_coordinator.init_producer_id_2pc(
-            request.transactional_id, request.transaction_timeout_ms,
-            request.producer_id if v >= 3 else -1, request.producer_epoch if v >= 3 else -1,
-            enable_2pc=enable_2pc, keep_prepared_txn=keep_prepared)
+        try:
+            code, pid, epoch, ongoing_pid, ongoing_epoch = await ctx.services.txn_coordinator.init_producer_id_2pc(
+                request.transactional_id, request.transaction_timeout_ms,
+                request.producer_id if v >= 3 else -1, request.producer_epoch if v >= 3 else -1,
+                enable_2pc=enable_2pc, keep_prepared_txn=keep_prepared)
+        except KafkaError as e:  # no producer-id block yet (COORDINATOR_LOAD_IN_PROGRESS)
+            return _response(v, e.code)
         if code == ErrorCode.PRODUCER_FENCED and v < 4:
             code = ErrorCode.INVALID_PRODUCER_EPOCH
         return _response(v, code, pid, epoch, ongoing_pid, ongoing_epoch)
-    pid = ctx.services.producer_ids.generate()
+    try:
+        pid = ctx.services.producer_ids.generate()
+    except KafkaError as e:  # cluster mode, no producer-id block from etcd yet: retriable
+        return _response(v, e.code)
     return _response(v, ErrorCode.NONE, pid, 0)

@@ -16,12 +16,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable, Iterable
 
 from broker.partition import Partition
 from broker.replication.env import ReplicaEnv
 from broker.replication.high_watermark import HighWatermarks
+from broker.replication.leader import lag_clock_ms
 
 log = logging.getLogger("broker.replication.isr")
 
@@ -70,7 +70,7 @@ class IsrManager:
     def shrink_lagging(self) -> None:
         md = self.env.metadata
         me = self.env.node_id
-        now = int(time.time() * 1000)
+        now = lag_clock_ms()
         lag = self.lag_max_ms
         for part in list(self.partitions()):
             ls = part.leader_state

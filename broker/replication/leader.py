@@ -5,7 +5,8 @@ Each follower's log end offset is the fetch offset of its latest Fetch. Its ``la
 follows Kafka's Replica.updateFetchState: a fetch at the leader's log end offset makes it caught up
 now; a fetch reaching the log end offset the leader had at the follower's previous fetch makes it
 caught up as of that previous fetch. A follower is in sync while its log end offset equals the
-leader's or it caught up within ``replica.lag.time.max.ms`` (Replica.isCaughtUp).
+leader's or it caught up within ``replica.lag.time.max.ms`` (Replica.isCaughtUp). These times are
+monotonic (``lag_clock_ms``), not wall-clock as in Kafka: a clock step must not move the ISR.
 
 The high watermark is the minimum log end offset over the ISR, counting ISR additions that are
 being written (Kafka's "maximal ISR"), and it only moves forward. An ISR member whose log end
@@ -17,10 +18,19 @@ acks=all produces wait here until the high watermark covers their last offset.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from protocol.errors import ErrorCode
+
+
+def lag_clock_ms() -> int:
+    """The clock of follower lag (fetch and catch-up times, ISR expiry): monotonic. Kafka reads its
+    wall-clock Time here; a wall clock that steps back would keep a follower that stopped fetching in
+    the ISR (its last catch-up seemingly in the future, holding the high watermark), and one that
+    steps forward would drop followers that are in sync."""
+    return int(time.monotonic() * 1000)
 
 
 @dataclass(slots=True)

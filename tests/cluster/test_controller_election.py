@@ -72,3 +72,24 @@ async def test_resign_hands_over_and_the_old_epoch_cannot_delete_the_new_key(ses
     await a.stop(resign=True)
     assert (await b.current()).node_id == 2
     await b.stop()
+
+
+async def test_controller_keeps_its_key_across_a_broken_watch(sessions, keys, etcd):
+    """Found by the fault campaign (kill of the etcd leader): the controller's watch on its own key
+    broke, its next campaign found the key existing (still its own, its lease alive) and took that
+    for a loss; it then waited for the key to be deleted, which its own live lease prevented, and the
+    cluster had no controller (no failover) until that broker's session ended."""
+    a = ControllerElection(await sessions(session_timeout_ms=8000, heartbeat_interval_ms=200), keys, 1)
+    b = ControllerElection(await sessions(session_timeout_ms=8000, heartbeat_interval_ms=200), keys, 2)
+    a.start()
+    await wait_until(a.is_controller, "node 1 controller")
+    b.start()
+    epoch, acks = a.epoch, a.session.acks
+    etcd.restart(kill=True)  # every stream breaks; the leases survive (well within their TTL)
+    # Ten keepalives after the restart: the election (retrying every 0.5 s) has campaigned again.
+    await wait_until(lambda: a.session.acks >= acks + 10, "node 1's keepalives answered again", timeout=30)
+    await wait_until(lambda: a.is_controller() or b.is_controller(), "a controller after the etcd restart",
+                     timeout=15)
+    assert a.is_controller() and a.epoch == epoch and not b.is_controller()
+    assert (await a.current()).node_id == 1
+    await asyncio.gather(a.stop(), b.stop())

@@ -72,7 +72,17 @@ class EtcdTlsFiles:
 class EtcdProcess:
     def __init__(self, data_dir: Path, *, name: str = "kbroker-test", client_port: int | None = None,
                  peer_port: int | None = None, log_path: Path | None = None,
-                 tls: EtcdTlsFiles | None = None, extra_args: list[str] | None = None) -> None:
+                 tls: EtcdTlsFiles | None = None, extra_args: list[str] | None = None,
+                 host: str = "127.0.0.1", initial_cluster: str | None = None, cluster_token: str | None = None,
+                 prefix: list[str] | None = None, heartbeat_ms: int = TEST_HEARTBEAT_MS,
+                 election_ms: int = TEST_ELECTION_MS) -> None:
+        # A member of a multi-member cluster (etcd_cluster.EtcdCluster) gets ``initial_cluster``
+        # (name=peer-url,...) and a ``cluster_token``; ``prefix`` runs it inside a network namespace.
+        self.host = host
+        self.initial_cluster = initial_cluster
+        self.cluster_token = cluster_token
+        self.prefix = list(prefix or [])
+        self.heartbeat_ms, self.election_ms = heartbeat_ms, election_ms
         self.tls = tls
         self.extra_args = list(extra_args or [])  # e.g. ["--auth-token-ttl", "2"]
         self.data_dir = Path(data_dir)
@@ -86,11 +96,11 @@ class EtcdProcess:
 
     @property
     def client_url(self) -> str:
-        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.client_port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.client_port}"
 
     @property
     def peer_url(self) -> str:
-        return f"http://127.0.0.1:{self.peer_port}"
+        return f"http://{self.host}:{self.peer_port}"
 
     @property
     def endpoints(self) -> str:
@@ -99,6 +109,7 @@ class EtcdProcess:
 
     def command(self) -> list[str]:
         return [
+            *self.prefix,
             etcd_binary(),
             "--name", self.name,
             "--data-dir", str(self.data_dir),
@@ -106,9 +117,10 @@ class EtcdProcess:
             "--advertise-client-urls", self.client_url,
             "--listen-peer-urls", self.peer_url,
             "--initial-advertise-peer-urls", self.peer_url,
-            "--initial-cluster", f"{self.name}={self.peer_url}",
-            "--heartbeat-interval", str(TEST_HEARTBEAT_MS),
-            "--election-timeout", str(TEST_ELECTION_MS),
+            "--initial-cluster", self.initial_cluster or f"{self.name}={self.peer_url}",
+            *(["--initial-cluster-token", self.cluster_token] if self.cluster_token else []),
+            "--heartbeat-interval", str(self.heartbeat_ms),
+            "--election-timeout", str(self.election_ms),
             "--log-level", "warn",
             "--logger", "zap",
             *self._tls_args(),
@@ -148,6 +160,11 @@ class EtcdProcess:
         return self.proc.pid if self.proc is not None else None
 
     def start(self, timeout: float = 30) -> None:
+        self.launch()
+        self.wait_healthy(timeout)
+
+    def launch(self) -> None:
+        """Start the process without waiting: members of a new cluster only turn healthy together."""
         if self.running:
             raise EtcdError("etcd already running")
         cmd = self.command()  # raises EtcdNotInstalled before anything is created
@@ -157,6 +174,9 @@ class EtcdProcess:
             log.write(f"===== etcd start #{self.starts}: {' '.join(cmd)}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+
+    def wait_healthy(self, timeout: float = 30) -> None:
+        assert self.proc is not None, "launch() first"
         deadline = time.monotonic() + timeout
         last_error: object = None
         while time.monotonic() < deadline:
