@@ -15,7 +15,24 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from protocol.errors import ErrorCode
 from storage.batch import BatchHeader
+
+
+def append_error_code(e: BaseException) -> int:
+    """Kafka's mapping of a failed coordinator write to the error a client should see (the share
+    coordinator and the share-group paths; the group coordinator keeps its own copy)."""
+    code = getattr(e, "code", None)
+    if code is None:
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+    if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
+                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
+        return ErrorCode.NOT_COORDINATOR
+    if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+    return int(code)
 
 
 def java_string_hash(s: str) -> int:

@@ -45,7 +45,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from coordinator.partition_access import PartitionAccess, partition_for
+from coordinator.partition_access import PartitionAccess, append_error_code, partition_for
 from coordinator.share_state import (
     DEFAULT_LEADER_EPOCH,
     DEFAULT_STATE_EPOCH,
@@ -267,7 +267,7 @@ class ShareCoordinator:
             offset = await self._append(key, rtype, value)
         except Exception as e:
             log.warning("share coordinator: writing the state of %s failed: %r", key, e)
-            return _append_error(e)
+            return append_error_code(e)
         if self._coordinator_error(key):
             return E.NOT_COORDINATOR  # unloaded during the write
         self._replay(key, rtype, value, offset)
@@ -417,16 +417,3 @@ class ShareCoordinator:
 
 def _batches(batches: list[Batch]) -> list[dict[str, int]]:
     return [{"firstOffset": f, "lastOffset": la, "deliveryState": s, "deliveryCount": c} for f, la, s, c in batches]
-
-
-def _append_error(e: BaseException) -> int:
-    """Kafka's mapping of a failed coordinator write to the error the caller sees."""
-    code = getattr(e, "code", None)
-    if code is None:
-        return E.UNKNOWN_SERVER_ERROR
-    if code in (E.UNKNOWN_TOPIC_OR_PARTITION, E.NOT_ENOUGH_REPLICAS, E.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-                E.REQUEST_TIMED_OUT):
-        return E.COORDINATOR_NOT_AVAILABLE
-    if code in (E.NOT_LEADER_OR_FOLLOWER, E.KAFKA_STORAGE_ERROR):
-        return E.NOT_COORDINATOR
-    return int(code)

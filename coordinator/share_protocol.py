@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from coordinator import share_records as SR
+from coordinator.partition_access import append_error_code
 from coordinator.share_group import (
     ASSIGNOR_NAME,
     JOIN_EPOCH,
@@ -162,11 +163,9 @@ class ShareProtocolMixin:
             try:
                 await self._append(self.partition_for(group_id), records)
             except Exception as e:
-                from coordinator.group_coordinator import _append_error
-
                 log.warning("failed to write share group records of %s: %r", group_id, e)
                 self._sg_discard(before, after)
-                return _append_error(e)
+                return append_error_code(e)
         if self._coordinator_error(group_id):
             self._sg_discard(before, after)
             return E.NOT_COORDINATOR
@@ -210,6 +209,9 @@ class ShareProtocolMixin:
                                     rack_id: str | None = None, subscribed_topic_names: list[str] | None = None,
                                     client_id: str = "", client_host: str = "") -> ShareHeartbeatResult:
         def fail(code: int, message: str | None = None) -> ShareHeartbeatResult:
+            if code not in (E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE, E.COORDINATOR_LOAD_IN_PROGRESS):
+                log.info("share group %s: heartbeat of member %r at epoch %d refused: %s (%s)", group_id, member_id,
+                         member_epoch, ErrorCode(code).name, message)
             return ShareHeartbeatResult(error=code, message=message, member_id=member_id or None,
                                         member_epoch=member_epoch)
 
@@ -240,6 +242,8 @@ class ShareProtocolMixin:
                                         client_id, client_host)
             if result.error:
                 self._sg_discard(before, after)
+                log.info("share group %s: heartbeat of member %s at epoch %d refused: %s (%s)", group_id, member_id,
+                         member_epoch, ErrorCode(result.error).name, result.message)
                 return result
             if member_epoch != LEAVE_EPOCH:
                 init = self._sg_to_initialize(after, topics)

@@ -160,6 +160,13 @@ class SharePartition:
     def acquired_count(self) -> int:
         return sum(r.last - r.first + 1 for r in self._runs if r.state == RecordState.ACQUIRED and r.prev is None)
 
+    def state_counts(self) -> dict[RecordState, int]:
+        """Records of the window per state (pending transitions count in their new state)."""
+        out = dict.fromkeys(RecordState, 0)
+        for r in self._runs:
+            out[r.state] += r.last - r.first + 1
+        return out
+
     def runs(self) -> list[tuple[int, int, RecordState, int, str, bool]]:
         """(first, last, state, delivery count, member, pending) of every run, for tests and describe."""
         return [(r.first, r.last, r.state, r.count, r.member, r.prev is not None) for r in self._runs]
@@ -400,6 +407,18 @@ class SharePartition:
             if r.state == RecordState.ACQUIRED and r.member == member and r.prev is None:
                 self._transition(r.first, r.last, RecordState.AVAILABLE, tr)
         return tr
+
+    def start_offset_after(self, tr: Transition | None = None) -> int:
+        """The SPSO once ``tr`` commits (other pending transitions count as not done): what a
+        write of ``tr`` persists, so the durable start offset does not lag one write behind."""
+        mine = {id(r) for r in tr.runs} if tr is not None else set()
+        start = self.start_offset
+        for r in self._runs:
+            if r.state in _DONE and (r.prev is None or id(r) in mine):
+                start = r.last + 1
+            else:
+                break
+        return start
 
     def complete(self, tr: Transition, ok: bool, now_ms: int) -> bool:
         """Commit (persisted) or roll back a transition; True when the SPSO moved."""

@@ -103,6 +103,17 @@ def test_invalid_acknowledgements_change_nothing() -> None:
     assert sp.start_offset == 6
 
 
+def test_start_offset_after_a_pending_transition() -> None:
+    sp = SharePartition(0)
+    acquire(sp, "m", batches((0, 4), (5, 9)))
+    first = sp.acknowledge("m", [(0, 4, [AckType.ACCEPT])])
+    second = sp.acknowledge("m", [(5, 9, [AckType.REJECT])])
+    assert sp.start_offset == 0 and sp.start_offset_after(first) == 5
+    assert sp.start_offset_after(second) == 0  # 0-4 are not done until their own write commits
+    sp.complete(first, True, 0)
+    assert sp.start_offset_after(second) == 10
+
+
 def test_acknowledging_below_the_start_offset_is_a_no_op() -> None:
     sp = SharePartition(0)
     acquire(sp, "m", batches((0, 9)))
