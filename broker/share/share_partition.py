@@ -408,10 +408,10 @@ class SharePartition:
                 self._transition(r.first, r.last, RecordState.AVAILABLE, tr)
         return tr
 
-    def start_offset_after(self, tr: Transition | None = None) -> int:
-        """The SPSO once ``tr`` commits (other pending transitions count as not done): what a
-        write of ``tr`` persists, so the durable start offset does not lag one write behind."""
-        mine = {id(r) for r in tr.runs} if tr is not None else set()
+    def start_offset_after(self, *trs: Transition | None) -> int:
+        """The SPSO once ``trs`` commit (other pending transitions count as not done): what a
+        write of ``trs`` persists, so the durable start offset does not lag one write behind."""
+        mine = {id(r) for tr in trs if tr is not None for r in tr.runs}
         start = self.start_offset
         for r in self._runs:
             if r.state in _DONE and (r.prev is None or id(r) in mine):

@@ -68,6 +68,13 @@ class FetchResult:
 
 
 @dataclass(slots=True, eq=False)
+class _QueuedWrite:
+    batches: list[tuple[int, int, int, int]]
+    tr: Transition | None  # committed or rolled back by the writer; None: a lock-expiry release
+    done: asyncio.Future[int]
+
+
+@dataclass(slots=True, eq=False)
 class ManagedSharePartition:
     key: Key
     topic_id: uuid.UUID
@@ -79,6 +86,9 @@ class ManagedSharePartition:
     timer_at: int = -1
     waiters: set[asyncio.Future[None]] = field(default_factory=set)
     dropped: bool = False
+    # State writes wait here while one is in flight (SharePartitionManager._writer).
+    write_queue: list[_QueuedWrite] = field(default_factory=list)
+    writer: asyncio.Task[None] | None = None
 
     def wake(self) -> None:
         for fut in self.waiters:
@@ -140,11 +150,6 @@ class SharePartitionManager:
 
     def read_committed(self, group_id: str) -> bool:
         return self._group_config(group_id, "share.isolation.level") == "read_committed"
-
-    def _spawn(self, coro: Any, name: str) -> None:
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     async def stop(self) -> None:
         for msp in list(self.partitions.values()):
@@ -272,17 +277,59 @@ class SharePartitionManager:
             self.stats.lock_expired_records += n
             log.debug("share-partition %s: %d records released by lock expiry", msp.key, n)
             # Persisted afterwards, as Kafka does: the release stands even if the write fails.
-            self._spawn(self._write(msp, [(b.first_offset, b.last_offset, b.state, b.delivery_count) for b in expired]),
-                        "share-lock-expiry")
+            self._write(msp, [(b.first_offset, b.last_offset, b.state, b.delivery_count) for b in expired])
             msp.wake()
         self._schedule_timer(msp)
 
     # --- persistence -------------------------------------------------------------------------------
 
-    async def _write(self, msp: ManagedSharePartition, batches: list[tuple[int, int, int, int]],
-                     tr: Transition | None = None) -> int:
+    def _write(self, msp: ManagedSharePartition, batches: list[tuple[int, int, int, int]],
+               tr: Transition | None = None) -> asyncio.Future[int]:
+        """Queue a state write of ``batches`` (committing or rolling back ``tr`` once written);
+        the future has the error to answer.
+
+        One write per share-partition is in flight at a time, and what queued meanwhile goes as
+        one write, in order: each write's start offset is computed once everything before it
+        was committed or rolled back. Concurrent writes could reach the share coordinator in
+        either order, and the later one's start offset (computed while the other was pending)
+        would move the durable SPSO back over records already acknowledged."""
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        msp.write_queue.append(_QueuedWrite(batches, tr, fut))
+        if msp.writer is None or msp.writer.done():
+            msp.writer = asyncio.get_running_loop().create_task(self._writer(msp), name="share-state-writer")
+            self._tasks.add(msp.writer)
+            msp.writer.add_done_callback(self._tasks.discard)
+        return fut
+
+    async def _writer(self, msp: ManagedSharePartition) -> None:
+        items: list[_QueuedWrite] = []
+        try:
+            while msp.write_queue:
+                items, msp.write_queue = msp.write_queue, []
+                try:
+                    code = await self._write_now(msp, [b for w in items for b in w.batches], [w.tr for w in items])
+                except Exception:  # noqa: BLE001 - the waiters get an error, never a hang
+                    log.exception("share-partition %s: state write failed", msp.key)
+                    code = E.UNKNOWN_SERVER_ERROR
+                now = _now_ms()
+                for w in items:
+                    if w.tr is not None:
+                        msp.sp.complete(w.tr, code == E.NONE, now)
+                for w in items:
+                    if not w.done.done():
+                        w.done.set_result(code)
+                items = []
+                self._schedule_timer(msp)
+                msp.wake()
+        finally:  # cancelled (the broker stopping): nobody waits for ever
+            for w in [*items, *msp.write_queue]:
+                if not w.done.done():
+                    w.done.set_result(E.COORDINATOR_NOT_AVAILABLE)
+
+    async def _write_now(self, msp: ManagedSharePartition, batches: list[tuple[int, int, int, int]],
+                         trs: list[Transition | None]) -> int:
         group_id, _topic, index = msp.key
-        start = msp.sp.start_offset_after(tr)
+        start = msp.sp.start_offset_after(*trs)
         code, msg = await self.persister.write(group_id, msp.topic_id, index, msp.state_epoch,
                                                             msp.leader_epoch, start, batches)
         if code != E.NONE:
@@ -301,15 +348,11 @@ class SharePartitionManager:
         return E.NONE
 
     async def _persist(self, msp: ManagedSharePartition, tr: Transition) -> int:
-        """Write a transition, then commit or roll it back; the error to answer."""
+        """Write a transition, committed or rolled back by the writer; the error to answer."""
         if not tr:
             return E.NONE
-        code = await self._write(msp, [(b.first_offset, b.last_offset, b.state, b.delivery_count) for b in tr.batches],
-                                 tr)
-        msp.sp.complete(tr, code == E.NONE, _now_ms())
-        self._schedule_timer(msp)
-        msp.wake()
-        return code
+        return await self._write(msp, [(b.first_offset, b.last_offset, b.state, b.delivery_count)
+                                       for b in tr.batches], tr)
 
     # --- acknowledgements and releases -------------------------------------------------------------
 

@@ -13,10 +13,12 @@ over), so that "nothing acknowledged is delivered again" can be checked across p
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
@@ -191,6 +193,36 @@ def read_worker_file(path: Any) -> tuple[list[tuple[int, int, int, int, float]],
         except (IndexError, ValueError):
             continue
     return received, acked, stalled
+
+
+def start_worker(bootstrap: str, group: str, topic: str, out: Any, *, max_records: int = 50,
+                 batch_delay: float = 0.05) -> subprocess.Popen:
+    """A share consumer process acknowledging explicitly after every poll (_worker_main). By
+    default 50 records per poll and 50 ms of "work" each: about 1,000 records/s, so a broker
+    killed mid-way dies while records are acquired, acknowledged and in flight."""
+    return subprocess.Popen([sys.executable, "-m", "tests.helpers.share_clients", "worker", "--bootstrap", bootstrap,
+                             "--group", group, "--topic", topic, "--out", str(out), "--max-records", str(max_records),
+                             "--batch-delay", str(batch_delay)], cwd=Path(__file__).resolve().parents[2])
+
+
+def check_outcome(files: list[Any], n: int) -> tuple[int, int]:
+    """Nothing delivered after its acknowledgement was confirmed (the acknowledgement-commit
+    callback without error); every value 0..n-1 acknowledged. Returns (deliveries, redeliveries)."""
+    received: list[tuple[int, int, int, int, float]] = []
+    acked: dict[tuple[int, int], float] = {}
+    for f in files:
+        r, a, _ = read_worker_file(f)
+        received += r
+        for key, t in a.items():
+            acked[key] = min(t, acked.get(key, t))
+    by_key: dict[tuple[int, int], int] = {}
+    for p, o, v, _dc, t in received:
+        by_key[(p, o)] = v
+        if (p, o) in acked:
+            assert t <= acked[(p, o)] + 0.001, f"{p}-{o} delivered again {t - acked[(p, o)]:.3f} s after its ack"
+    missing = set(range(n)) - {by_key[k] for k in acked}
+    assert not missing, f"{len(missing)} records never acknowledged (e.g. {sorted(missing)[:10]})"
+    return len(received), len(received) - len(by_key)
 
 
 if __name__ == "__main__":

@@ -5,44 +5,22 @@ eventually acknowledged. Two share consumer processes acknowledge explicitly aft
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.helpers.broker_proc import REPO_ROOT
-from tests.helpers.share_clients import SHARE_OVERRIDES, produce_values, read_worker_file, set_group_configs
+from tests.helpers.share_clients import (
+    SHARE_OVERRIDES,
+    check_outcome,
+    produce_values,
+    read_worker_file,
+    set_group_configs,
+    start_worker,
+)
 from tests.helpers.waiting import wait_for
 
 N, PARTS = 6000, 3
-
-
-def start_worker(bootstrap: str, group: str, topic: str, out: Path) -> subprocess.Popen:
-    # 50 records per poll and 50 ms of "work" each: about 1,000 records/s per worker, so the
-    # broker dies while records are acquired, acknowledged and in flight.
-    return subprocess.Popen([sys.executable, "-m", "tests.helpers.share_clients", "worker", "--bootstrap", bootstrap,
-                             "--group", group, "--topic", topic, "--out", str(out), "--max-records", "50",
-                             "--batch-delay", "0.05"], cwd=REPO_ROOT)
-
-
-def check_outcome(files: list[Path], n: int) -> tuple[int, int]:
-    """Nothing delivered after its acknowledgement was confirmed; every value acknowledged.
-    Returns (deliveries, redeliveries)."""
-    received, acked = [], {}
-    for f in files:
-        r, a, _ = read_worker_file(f)
-        received += r
-        for key, t in a.items():
-            acked[key] = min(t, acked.get(key, t))
-    by_key: dict[tuple[int, int], int] = {}
-    for p, o, v, _dc, t in received:
-        by_key[(p, o)] = v
-        if (p, o) in acked:
-            assert t <= acked[(p, o)] + 0.001, f"{p}-{o} delivered again {t - acked[(p, o)]:.3f} s after its ack"
-    assert {by_key[k] for k in acked} == set(range(n)), f"{n - len(acked)} records never acknowledged"
-    return len(received), len(received) - len(by_key)
 
 
 def test_broker_kill_and_restart_loses_and_repeats_nothing_acknowledged(broker_factory, tmp_path: Path) -> None:
