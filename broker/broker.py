@@ -35,6 +35,10 @@ from broker.replication.env import ReplicaEnv
 from broker.schema_registry_bridge import SchemaRegistryBridge
 from broker.server import KafkaServer
 from broker.services import BrokerServices
+from broker.share.persister import SharePersister
+from broker.share.services import ShareServices
+from broker.share.share_partition_manager import SharePartitionManager
+from broker.share.share_sessions import ShareSessionCache
 from broker.topic_admin import TopicAdmin
 from broker.txn_marker_channel import MarkerChannel
 from broker.txn_marker_writer import MarkerWriter
@@ -43,6 +47,7 @@ from cluster.local_store import LocalMetadataStore
 from cluster.metadata_store import INTERNAL_TOPICS, BrokerInfo, MetadataStore, TopicInfo
 from coordinator.group_coordinator import GroupCoordinator
 from coordinator.producer_id_manager import ProducerIdManager
+from coordinator.share_coordinator import ShareCoordinator
 from coordinator.txn_coordinator import TransactionCoordinator
 from security.authorizer import authorizer_from_config
 from security.quotas import ClientQuotaManager
@@ -93,6 +98,11 @@ class Broker:
         self.quotas = ClientQuotaManager(lambda: self.metadata.client_quotas(), int(config.get("quota.window.num")),
                                          int(config.get("quota.window.size.seconds")))
         self.server = KafkaServer(config, self.quotas)
+        # KIP-932 share groups: share sessions (they end with their connection), the share-partitions
+        # this broker leads and the share-state client (broker/share/), the share coordinator.
+        self.share_sessions = ShareSessionCache(int(config.get("group.share.max.share.sessions")))
+        self.share: ShareServices | None = None
+        self.server.disconnect_listeners.append(self._share_connection_closed)
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self._cleaner: Any = None
@@ -174,7 +184,7 @@ class Broker:
             markers=self.marker_writer, fetch_sessions=self.fetch_sessions, quotas=self.quotas,
             authorizer=authorizer_from_config(cfg.get, lambda: self.metadata.acls()),
             listener_security=self.server.check_listeners, schemas=self.schema_registry,
-            inter_broker=self.inter_broker, clustered=self.cluster is not None)
+            inter_broker=self.inter_broker, clustered=self.cluster is not None, share=self.share)
         # The registry listens before the Kafka listeners: a client that reached the broker finds it.
         await self.schema_registry.start(self.services, self.partition_access)
         self.bound = await self.server.start(self.services)
@@ -220,6 +230,13 @@ class Broker:
         channel = MarkerChannel(self.node_id, self.metadata, self.marker_writer, self.inter_broker)
         access = self.partition_access = LocalPartitionAccess(self.node_id, cfg, self.replica_manager, self.topics,
                                                               channel)
+        share_coordinator = ShareCoordinator(access, cfg, partition_count=self._topic_partition_count)
+        share_coordinator.follows_leadership = self.cluster is not None
+        persister = SharePersister(self.node_id, cfg, self.metadata, share_coordinator, self.inter_broker)
+        access.share_state = persister  # what the group coordinator initializes share-partitions with
+        self.share = ShareServices(self.share_sessions,
+                                   SharePartitionManager(cfg, self.metadata, self.replica_manager, persister),
+                                   persister, share_coordinator)
         self.txn_coordinator = TransactionCoordinator(access, cfg, self.producer_ids)
         self.verifier.coordinator = self.txn_coordinator
         # Cluster mode (issue 15): coordinators serve the internal partitions this broker leads.
@@ -227,7 +244,9 @@ class Broker:
         await self.txn_coordinator.start()
         self.group_coordinator = GroupCoordinator(access, cfg, self.node_id)
         self.group_coordinator.follows_leadership = self.cluster is not None
+        self.group_coordinator.group_configs = lambda g: self.metadata.group_configs().get(g, {})
         await self.group_coordinator.start()
+        await share_coordinator.start()
 
     async def _join_cluster(self, advertised: Any) -> MetadataStore:
         """Cluster mode (kbroker.etcd.endpoints set; cluster/node.py): etcd session, cluster id
@@ -295,6 +314,11 @@ class Broker:
             self.replica_manager.start_creation(info.name, info.topic_id)
         elif event == "deleted":
             self.replica_manager.remove_topic(info.name)
+            if self.share is not None:
+                self.share.partitions.drop_partition(info.name)
+                task = asyncio.create_task(self.share.coordinator.delete_topic_states({info.topic_id}),
+                                           name=f"share-state-cleanup-{info.name}")
+                self._tasks.append(task)
         elif event == "configs":
             self.replica_manager.update_configs(info.name, info.configs)
         elif event == "leaders":
@@ -310,9 +334,13 @@ class Broker:
         coordinator at the leader epoch, its coordinator epoch) and unloads it when the
         leadership moves away (NOT_COORDINATOR from then on). Called by the replica manager
         after every role decision."""
+        share = self.share
+        if part.leader_state is None and self.cluster is not None and share is not None:
+            share.partitions.drop_partition(part.topic, part.index)  # share-partitions follow leadership
         if self.cluster is None or part.topic not in INTERNAL_TOPICS:
             return
-        coord = next((c for c in (self.group_coordinator, getattr(self, "txn_coordinator", None))
+        coord = next((c for c in (self.group_coordinator, getattr(self, "txn_coordinator", None),
+                                  share.coordinator if share is not None else None)
                       if c is not None and c.topic == part.topic and hasattr(c, "unload_partition")), None)
         if coord is None:
             return
@@ -323,9 +351,36 @@ class Broker:
             return
         if coord is self.txn_coordinator:
             coord.load_partition(p, part.leader_epoch)
+        elif share is not None and coord is share.coordinator:
+            coord.load_partition(p)
         elif not coord.is_loaded(p):
             task = asyncio.create_task(coord.load_partition(p), name=f"load-{part.topic}-{p}")
             self._tasks.append(task)
+
+    def _topic_partition_count(self, topic_id: uuid.UUID) -> int | None:
+        info = self.metadata.get_topic_by_id(topic_id)
+        return None if info is None else info.num_partitions
+
+    def _share_connection_closed(self, connection_id: int) -> None:
+        """A connection closed: the share sessions it opened end, as with a final ShareFetch
+        (Kafka's ConnectionDisconnectListener): their members' acquired records are released."""
+        sessions = self.share_sessions.on_disconnect(connection_id)
+        share = self.share
+        if not sessions or share is None:
+            return
+
+        async def release() -> None:
+            for s in sessions:
+                group_id, member_id = s.key
+                log.info("share session of group %s member %s ended with its connection; releasing its records",
+                         group_id, member_id)
+                await share.partitions.release(group_id, member_id, list(s.partitions))
+                if not self.share_sessions.group_has_sessions(group_id):
+                    share.partitions.drop_group(group_id)
+
+        task = asyncio.get_running_loop().create_task(release(), name="share-session-release")
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
 
     # --- schedulers --------------------------------------------------------------------------
 
@@ -432,6 +487,9 @@ class Broker:
         await self.txn_coordinator.stop()
         if self.group_coordinator is not None:
             await self.group_coordinator.stop()
+        if self.share is not None:
+            await self.share.partitions.stop()
+            await self.share.coordinator.stop()
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -187,6 +187,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         held, self._held = self._held, 0
         if held:
             self.pool.release(held)
+        for listener in self.server.disconnect_listeners:
+            listener(self.id)
 
     def pause_writing(self) -> None:
         self._can_write.clear()

@@ -6,12 +6,15 @@ waiters wake and producer state is kept) on partitions this broker leads; in a c
 they are refused with NOT_ENOUGH_REPLICAS while the ISR is below min.insync.replicas and count once
 the ISR has them (acks=all, bounded by offsets.commit.timeout.ms). Markers go to each partition's
 leader through broker.txn_marker_channel (on a single node, all of them to this broker's own
-marker writer, the code a WriteTxnMarkers request reaches).
+marker writer, the code a WriteTxnMarkers request reaches). ``share_state`` is the share-state
+RPC client (broker/share/persister.py) the group coordinator initializes, reads and deletes
+share-partition state with; the broker sets it once the persister exists.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from broker import log_flusher
 from broker.config import BrokerConfig
@@ -31,6 +34,8 @@ class LocalPartitionAccess:
         self.partitions = partitions
         self.topics = topics
         self.markers = markers
+        # coordinator.partition_access.ShareStateAccess: set by the broker (broker/share/persister.py).
+        self.share_state: Any = None
         # Kafka's offsets.commit.timeout.ms bounds the replication of a coordinator write.
         self.write_timeout_s = int(config.get("offsets.commit.timeout.ms") or 5000) / 1000
 
@@ -38,6 +43,7 @@ class LocalPartitionAccess:
         if self.topics.metadata.get_topic(name) is None:
             # In a cluster, the internal topics' own replication factors (single node: 1).
             setting = ("transaction.state.log.replication.factor" if name == "__transaction_state"
+                       else "share.coordinator.state.topic.replication.factor" if name == "__share_group_state"
                        else "offsets.topic.replication.factor")
             rf = int(self.config.get(setting) or 3)
             try:
@@ -45,6 +51,18 @@ class LocalPartitionAccess:
             except KafkaError as e:
                 if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                     raise
+
+    async def delete_records_before(self, topic: str, partition: int, offset: int) -> None:
+        """Move a led partition's log start offset up to ``offset`` (at most its high watermark):
+        the share coordinator prunes the records of __share_group_state no state needs any more."""
+        part, _ = self.partitions.get_leader(topic, partition)
+        if part is None:
+            return
+        target = min(offset, part.high_watermark)
+        if target > part.log.log_start_offset:
+            part.log.delete_records_before(target)
+            if part.leader_state is not None:
+                part.wake_waiters()  # followers learn the new log start with their next fetch
 
     def partition_exists(self, topic: str, partition: int) -> bool:
         return self.partitions.get(topic, partition) is not None

@@ -15,6 +15,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from broker import listener_security
@@ -59,6 +60,8 @@ class KafkaServer:
                                             config.get("inter.broker.listener.name") or (names[0] if names else None))
         config.add_change_listener(lambda name, _v: self.conn_quotas.reload() if name in CONNECTION_LIMITS else None)
         self.request_stats = RequestStats()  # per-API counts, errors, latency: broker.metrics
+        # Called with a connection's id when it closes (share sessions end with their connection).
+        self.disconnect_listeners: list[Callable[[int], None]] = []
 
     async def start(self, services: BrokerServices) -> list[tuple[str, int]]:
         self.services = services

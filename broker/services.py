@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from broker.fetch_sessions import FetchSessionCache
     from broker.listener_security import ListenerSecurity
     from broker.replica_manager import ReplicaManager
+    from broker.share.services import ShareServices
     from broker.topic_admin import TopicAdmin
     from broker.txn_marker_writer import MarkerWriter
     from broker.txn_verification import TxnVerifier
@@ -60,3 +61,5 @@ class BrokerServices:
     # broker.inter_broker.InterBrokerClients in cluster mode (markers to other leaders), else None
     inter_broker: Any = None
     clustered: bool = False
+    # KIP-932 share groups: sessions, share-partitions, the share-state client, the share coordinator
+    share: ShareServices | None = None

@@ -42,6 +42,12 @@ def _groups(argv: list[str]) -> int:
     return main(argv)
 
 
+def _share_groups(argv: list[str]) -> int:
+    from cli.share_groups import main
+
+    return main(argv)
+
+
 def _transactions(argv: list[str]) -> int:
     from cli.transactions import main
 
@@ -141,6 +147,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "console-consumer": Subcommand("print the records of a topic", _console_consumer),
     "groups": Subcommand("consumer groups: list | describe | reset-offsets | delete (kafka-consumer-groups)",
                          _groups),
+    "share-groups": Subcommand("share groups (KIP-932): list | describe | reset-offsets | delete-offsets | delete "
+                               "(kafka-share-groups)", _share_groups),
     "transactions": Subcommand("transactions: list | describe | describe-producers | abort | find-hanging "
                                "| force-terminate (kafka-transactions)", _transactions),
     "get-offsets": Subcommand("partition offsets for --time -1|-2|-3|TIMESTAMP (kafka-get-offsets)", _get_offsets),

@@ -18,6 +18,7 @@ Everything lives under ``/kbroker/``::
     /kbroker/<cluster id>/features          finalized feature levels and their epoch
     /kbroker/<cluster id>/scram_credentials SCRAM credentials (salted and hashed), security/scram_credentials.py
     /kbroker/<cluster id>/client_quotas     client quotas (AlterClientQuotas), security/quotas.py
+    /kbroker/<cluster id>/group_configs     dynamic group configs (IncrementalAlterConfigs GROUP), one JSON object
     /kbroker/<cluster id>/acls              ACLs (CreateAcls/DeleteAcls), security/authorizer.py
 
 Topic names cannot hold ``/`` (Kafka allows only ``[a-zA-Z0-9._-]``), so a topic's partitions prefix
@@ -125,6 +126,10 @@ class KeyLayout:
     @property
     def client_quotas(self) -> bytes:
         return self._k("client_quotas")
+
+    @property
+    def group_configs(self) -> bytes:
+        return self._k("group_configs")
 
     @property
     def acls(self) -> bytes:

@@ -101,6 +101,8 @@ class EtcdMetadataStore(MetadataStore):
         self._scram_rev = 0  # mod revision of the credentials key (0: never written)
         self._quotas: client_quotas.Quotas = {}
         self._quotas_rev = 0
+        self._group_configs: dict[str, dict[str, str]] = {}
+        self._group_configs_rev = 0
         self._acls: tuple[AclBinding, ...] = ()
         self._acls_rev = 0
         self.revision = 0
@@ -243,6 +245,9 @@ class EtcdMetadataStore(MetadataStore):
             elif key == k.client_quotas:
                 self._quotas = client_quotas.decode(value) if put else {}
                 self._quotas_rev = mod_revision if put else 0
+            elif key == k.group_configs:
+                self._group_configs = json.loads(value) if put else {}
+                self._group_configs_rev = mod_revision if put else 0
             elif key == k.acls:
                 self._acls = decode_acls(value) if put else ()
                 self._acls_rev = mod_revision if put else 0
@@ -553,6 +558,17 @@ class EtcdMetadataStore(MetadataStore):
                                [tx.put(self.keys.client_quotas, client_quotas.encode(quotas))]):
             raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "client quotas changed meanwhile; retry")
         await self.wait_for(lambda: self._quotas == quotas, "client quotas")
+
+    def group_configs(self) -> dict[str, dict[str, str]]:
+        return self._group_configs
+
+    async def alter_group_configs(self, configs: dict[str, dict[str, str]]) -> None:
+        tx = self.session.client.transactions
+        doc = json.dumps(configs, sort_keys=True).encode()
+        if not await self._txn([tx.mod(self.keys.group_configs) == self._group_configs_rev],
+                               [tx.put(self.keys.group_configs, doc)]):
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "group configs changed meanwhile; retry")
+        await self.wait_for(lambda: self._group_configs == configs, "group configs")
 
     async def set_finalized_feature(self, name: str, level: int) -> None:
         tx = self.session.client.transactions

@@ -71,6 +71,9 @@ class LocalMetadataStore(MetadataStore):
         self._quota_path = data_dir / client_quotas.FILE_NAME
         self._quotas: client_quotas.Quotas = (client_quotas.decode(self._quota_path.read_bytes())
                                               if self._quota_path.exists() else {})
+        self._group_config_path = data_dir / GROUP_CONFIG_FILE_NAME
+        self._group_configs: dict[str, dict[str, str]] = (json.loads(self._group_config_path.read_text())
+                                                          if self._group_config_path.exists() else {})
 
     def _load(self) -> None:
         if self.path.exists():
@@ -343,6 +346,20 @@ class LocalMetadataStore(MetadataStore):
             self._quotas = quotas
 
         await self._serialised(change)
+
+    def group_configs(self) -> dict[str, dict[str, str]]:
+        return self._group_configs
+
+    async def alter_group_configs(self, configs: dict[str, dict[str, str]]) -> None:
+        async def change() -> None:
+            data = json.dumps(configs, indent=1, sort_keys=True).encode()
+            await self._write_file(self._group_config_path, data, "group configs")
+            self._group_configs = configs
+
+        await self._serialised(change)
+
+
+GROUP_CONFIG_FILE_NAME = "kbroker-group-configs.json"
 
 
 def _report_orphaned_change(task: asyncio.Task) -> None:

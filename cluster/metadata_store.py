@@ -23,9 +23,9 @@ from security.authorizer import AclBinding
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 # Feature levels a newly created cluster starts with (see LocalMetadataStore._load).
-NEW_CLUSTER_FEATURES = {"transaction.version": 2}
+NEW_CLUSTER_FEATURES = {"transaction.version": 2, "share.version": 1}
 
 
 def validate_topic_name(name: str | None) -> None:
@@ -256,3 +256,13 @@ class MetadataStore(ABC):
     async def alter_client_quotas(self, quotas: client_quotas.Quotas) -> None:
         """Replace the whole quota map (the handler computes it from the current one)."""
         raise KafkaError(ErrorCode.INVALID_REQUEST, "this metadata store cannot store client quotas")
+
+    # Dynamic group configs (IncrementalAlterConfigs on GROUP resources: share.record.lock.duration.ms,
+    # share.isolation.level, ...): group id -> name -> value, so that every broker (share-partition
+    # leaders, the group coordinator) sees them. Replaced, never mutated, on every change.
+    def group_configs(self) -> dict[str, dict[str, str]]:
+        return {}
+
+    async def alter_group_configs(self, configs: dict[str, dict[str, str]]) -> None:
+        """Replace the whole group config map (the handler computes it from the current one)."""
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "this metadata store cannot store group configs")

@@ -563,6 +563,8 @@ class ConsumerProtocolMixin:
             group.assignor_name = self.consumer_assignors[0]
             self.groups[group_id] = group
         elif not isinstance(group, ConsumerGroup):
+            log.info("consumer group heartbeat of member %s refused: group %s is a %s group", member_id, group_id,
+                     getattr(group, "group_type", "classic"))
             return fail(E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
 
         if member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):

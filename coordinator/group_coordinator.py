@@ -8,7 +8,10 @@ partitions it leads; a single node loads them all at start-up): a group whose pa
 loading answers COORDINATOR_LOAD_IN_PROGRESS, one whose partition is not here NOT_COORDINATOR. The classic rebalance protocol lives in
 ClassicProtocolMixin, the KIP-848 consumer protocol in ConsumerProtocolMixin; this module owns
 loading, persistence, offsets (commit / fetch / delete / retention / transactional) and the admin
-views (list / describe / delete groups).
+views (list / describe / delete groups). KIP-932 share groups live in ShareProtocolMixin
+(coordinator/share_protocol.py); they have no committed offsets (their progress is the share
+coordinator's), refuse offset commits and fetches like Kafka (GROUP_ID_NOT_FOUND), and are
+deleted together with their share-partition state.
 """
 
 from __future__ import annotations
@@ -26,6 +29,10 @@ from coordinator.consumer_protocol import ConsumerGroup, ConsumerProtocolMixin, 
 from coordinator.group_metadata import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState
 from coordinator.offsets_store import OffsetAndMetadata, OffsetsStore, TopicPartition
 from coordinator.partition_access import PartitionAccess, partition_for
+from coordinator.share_group import PROTOCOL_TYPE as SHARE_PROTOCOL_TYPE
+from coordinator.share_group import ShareGroup
+from coordinator.share_protocol import ShareProtocolMixin
+from coordinator.share_records import ShareGroupReplay
 from protocol.errors import ErrorCode
 from storage import batch as B
 from storage import internal_records as IR
@@ -36,7 +43,7 @@ E = ErrorCode
 S = GroupState
 OFFSETS_TOPIC = IR.OFFSETS_TOPIC
 
-Group = ClassicGroup | ConsumerGroup
+Group = ClassicGroup | ConsumerGroup | ShareGroup
 
 
 class LoopScheduler:
@@ -92,7 +99,7 @@ def _append_error(e: BaseException) -> int:
     return int(code)
 
 
-class GroupCoordinator(ClassicProtocolMixin, ConsumerProtocolMixin):
+class GroupCoordinator(ClassicProtocolMixin, ConsumerProtocolMixin, ShareProtocolMixin):
     topic = OFFSETS_TOPIC
 
     def __init__(self, access: PartitionAccess, config: Any, node_id: int, *, scheduler: Any = None) -> None:
@@ -112,6 +119,7 @@ class GroupCoordinator(ClassicProtocolMixin, ConsumerProtocolMixin):
         self.retention_ms = int(self._cfg("offsets.retention.minutes", 10080)) * 60_000
         self.retention_check_ms = int(self._cfg("offsets.retention.check.interval.ms", 600000))
         self._init_consumer_protocol()
+        self._init_share_protocol()
         self._loaded: set[int] = set()
         self._loading: set[int] = set()
         self._unloaded: set[int] = set()  # given up by unload_partition (NOT_COORDINATOR)
@@ -212,6 +220,8 @@ class GroupCoordinator(ClassicProtocolMixin, ConsumerProtocolMixin):
                 if m.awaiting_sync:
                     assert m.sync_future is not None
                     m.sync_future.set_result(SyncResult(error=error))
+        elif isinstance(group, ShareGroup):
+            self._unload_share_group(group)
         else:
             self._unload_consumer_group(group)
 
@@ -261,6 +271,7 @@ class GroupCoordinator(ClassicProtocolMixin, ConsumerProtocolMixin):
         now = self._now()
         loaded_groups: dict[str, dict[str, Any] | None] = {}
         consumer_groups = CR.GroupReplay()
+        share_groups = ShareGroupReplay()
         records = 0
         for header, data in self.access.iter_batches(OFFSETS_TOPIC, partition, 0):
             if header.is_control:
@@ -298,6 +309,19 @@ class GroupCoordinator(ClassicProtocolMixin, ConsumerProtocolMixin):
                     loaded_groups[key["group"]] = value
                 elif rtype in IR.CONSUMER_GROUP_RECORD_TYPES:
                     consumer_groups.apply(rtype, key, value, rec.offset)
+                elif rtype in IR.SHARE_GROUP_RECORD_TYPES:
+                    share_groups.apply(rtype, key, value)
+        for group_id in share_groups.groups:
+            sg = share_groups.build(group_id, now)
+            if sg is None:
+                continue
+            old = self.groups.pop(group_id, None)
+            if old is not None:
+                self._unload_group(old, E.NOT_COORDINATOR)
+            self.groups[group_id] = sg
+            # As Kafka on load: every member gets a fresh session timeout.
+            for sm in sg.members.values():
+                self._sg_schedule_session(sg, sm)
         for group_id in {**loaded_groups, **consumer_groups.groups}:
             old = self.groups.pop(group_id, None)
             if old is not None:
@@ -433,6 +457,8 @@ class GroupCoordinator(ClassicProtocolMixin, ConsumerProtocolMixin):
             return E.NONE, group
         if isinstance(group, ClassicGroup):
             return self._validate_classic_commit(group, generation_id, member_id, instance_id, transactional), group
+        if isinstance(group, ShareGroup):
+            return E.GROUP_ID_NOT_FOUND, None  # Kafka: "Group X is not a consumer group."
         return self._validate_consumer_commit(group, generation_id, member_id, instance_id, transactional), group
 
     def _check_metadata(self, offsets: dict[TopicPartition, tuple[int, int, str | None]]
@@ -513,6 +539,8 @@ class GroupCoordinator(ClassicProtocolMixin, ConsumerProtocolMixin):
         if err:
             return err, []
         group = self.groups.get(group_id)
+        if isinstance(group, ShareGroup):
+            return E.GROUP_ID_NOT_FOUND, []
         if isinstance(group, ConsumerGroup) and member_id is not None and (member_id or member_epoch >= 0):
             err = self._validate_consumer_fetch(group, member_id, member_epoch)
             if err:
@@ -545,7 +573,7 @@ class GroupCoordinator(ClassicProtocolMixin, ConsumerProtocolMixin):
         if err:
             return err, {}
         group = self.groups.get(group_id)
-        if group is None or (isinstance(group, ClassicGroup) and group.is_in(S.DEAD)):
+        if group is None or isinstance(group, ShareGroup) or (isinstance(group, ClassicGroup) and group.is_in(S.DEAD)):
             return E.GROUP_ID_NOT_FOUND, {}
         subscribed: set[str] = set()
         if isinstance(group, ClassicGroup):
@@ -588,6 +616,8 @@ class GroupCoordinator(ClassicProtocolMixin, ConsumerProtocolMixin):
                 log.exception("offset expiration failed")
 
     def _expired_offsets(self, group: Group | None, group_id: str, now: int) -> list[TopicPartition]:
+        if isinstance(group, ShareGroup):
+            return []  # share groups commit no offsets
         offsets = self.offsets.group_offsets(group_id)
         subscribed: set[str] = set()
         base: Callable[[OffsetAndMetadata], int]
@@ -670,7 +700,8 @@ class GroupCoordinator(ClassicProtocolMixin, ConsumerProtocolMixin):
                 continue
             if type_filter and group.group_type not in type_filter:
                 continue
-            ptype = (group.protocol_type or "") if isinstance(group, ClassicGroup) else CONSUMER_PROTOCOL_TYPE
+            ptype = ((group.protocol_type or "") if isinstance(group, ClassicGroup) else
+                     SHARE_PROTOCOL_TYPE if isinstance(group, ShareGroup) else CONSUMER_PROTOCOL_TYPE)
             out.append(GroupListing(group.group_id, ptype, state, group.group_type))
         return E.NONE, out
 
@@ -708,6 +739,8 @@ class GroupCoordinator(ClassicProtocolMixin, ConsumerProtocolMixin):
         group = self.groups.get(group_id)
         if group is None or (isinstance(group, ClassicGroup) and group.is_in(S.DEAD)):
             return E.GROUP_ID_NOT_FOUND
+        if isinstance(group, ShareGroup):
+            return await self._delete_share_group(group, self._topic_view_sg)
         if (isinstance(group, ClassicGroup) and not group.is_in(S.EMPTY)) or \
                 (isinstance(group, ConsumerGroup) and not group.is_empty):
             return E.NON_EMPTY_GROUP

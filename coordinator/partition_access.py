@@ -2,17 +2,37 @@
 
 The broker hands each coordinator an object with this interface at start-up. On one node it
 calls straight into the broker's replica manager (the same path a remote request takes after
-decoding); in a cluster it will send requests to partition leaders.
+decoding); in a cluster it will send requests to partition leaders. ``share_state`` reaches the
+share coordinator (KIP-932 share-state RPCs): in-process where this broker leads the key's
+``__share_group_state`` partition, over the inter-broker connection otherwise.
 """
 
 from __future__ import annotations
 
 import functools
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from protocol.errors import ErrorCode
 from storage.batch import BatchHeader
+
+
+def append_error_code(e: BaseException) -> int:
+    """Kafka's mapping of a failed coordinator write to the error a client should see (the share
+    coordinator and the share-group paths; the group coordinator keeps its own copy)."""
+    code = getattr(e, "code", None)
+    if code is None:
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+    if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
+                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
+        return ErrorCode.NOT_COORDINATOR
+    if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+    return int(code)
 
 
 def java_string_hash(s: str) -> int:
@@ -45,8 +65,29 @@ class TxnMarkerEntry:
     transaction_version: int = 0
 
 
+# (topic id, partition) -> (error code, error message): one result per share-partition.
+SharePartitionErrors = dict[tuple[uuid.UUID, int], tuple[int, str | None]]
+
+
+class ShareStateAccess(Protocol):
+    """The share-state RPCs (InitializeShareGroupState, ReadShareGroupStateSummary,
+    DeleteShareGroupState) as the group coordinator uses them; each call may span several share
+    coordinators. A share-partition that no coordinator answered gets a retriable error."""
+
+    async def initialize(self, group_id: str, topics: dict[uuid.UUID, dict[int, tuple[int, int]]]
+                         ) -> SharePartitionErrors:
+        """(state epoch, start offset) per partition of each topic id."""
+
+    async def read_summary(self, group_id: str, topics: dict[uuid.UUID, list[int]]
+                           ) -> dict[tuple[uuid.UUID, int], tuple[int, str | None, int, int, int]]:
+        """(error, message, state epoch, leader epoch, start offset) per share-partition."""
+
+    async def delete(self, group_id: str, topics: dict[uuid.UUID, list[int]]) -> SharePartitionErrors: ...
+
+
 class PartitionAccess(Protocol):
     node_id: int
+    share_state: ShareStateAccess
 
     async def ensure_internal_topic(self, name: str, num_partitions: int, configs: dict[str, str]) -> None:
         """Create the internal topic if missing (idempotent)."""

@@ -22,7 +22,12 @@ import sys
 from typing import IO, Any
 
 from storage import batch as rb
-from storage.internal_records import OFFSETS_TOPIC, TRANSACTION_TOPIC, decode_coordinator_record
+from storage.internal_records import (
+    OFFSETS_TOPIC,
+    SHARE_STATE_TOPIC,
+    TRANSACTION_TOPIC,
+    decode_coordinator_record,
+)
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -68,7 +73,7 @@ def dump_log(
     """Print every batch of a segment file (and with ``print_data`` every record)."""
     out.write(f"Log starting offset: {base_offset_from_name(path)}\n")
     topic = decoder if decoder is not None else _topic_of(path)
-    coordinator_topic = topic if topic in (OFFSETS_TOPIC, TRANSACTION_TOPIC) else None
+    coordinator_topic = topic if topic in (OFFSETS_TOPIC, TRANSACTION_TOPIC, SHARE_STATE_TOPIC) else None
     deep = deep_iteration or print_data
     # pread in chunks (segment.scan_batches), not mmap: the file may be a live segment that a
     # broker truncates while we read, which must end the dump, not SIGBUS it.

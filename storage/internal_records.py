@@ -1,10 +1,12 @@
-"""Kafka's coordinator record schemas (__consumer_offsets, __transaction_state), encode and decode.
+"""Kafka's coordinator record schemas (__consumer_offsets, __transaction_state, __share_group_state),
+encode and decode.
 
 A record's key starts with an int16 "record type" (Kafka's key version), which picks the key and
 value schema; the value starts with its own int16 schema version. Schemas are tables of
 ``Field``s mirroring Kafka's JSON message definitions (versions, nullable versions, tagged
 fields, nested structs), so adding a record type is adding a table, not writing a codec.
-Used by the group coordinator (write + replay), the transaction coordinator and ``dump-log``.
+Used by the group coordinator (write + replay), the transaction coordinator, the share coordinator
+and ``dump-log``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_TOPIC = "__transaction_state"
+SHARE_STATE_TOPIC = "__share_group_state"
 
 # __consumer_offsets record types (the key's version prefix).
 OFFSET_COMMIT_LEGACY = 0
@@ -32,6 +35,17 @@ CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA = 6
 CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER = 7
 CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT = 8
 CONSUMER_GROUP_REGULAR_EXPRESSION = 16
+# KIP-932 share groups (Kafka 4.1 / 4.2 layouts).
+SHARE_GROUP_MEMBER_METADATA = 10
+SHARE_GROUP_METADATA = 11
+SHARE_GROUP_TARGET_ASSIGNMENT_METADATA = 12
+SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER = 13
+SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT = 14
+SHARE_GROUP_STATE_PARTITION_METADATA = 15
+
+# __share_group_state record types (the share coordinator's).
+SHARE_SNAPSHOT = 0
+SHARE_UPDATE = 1
 
 
 # --- schema tables -------------------------------------------------------------------------------
@@ -358,6 +372,58 @@ CONSUMER_GROUP_REGULAR_EXPRESSION_VALUE = Schema("ConsumerGroupRegularExpression
     F("timestamp", "int64"),
 ), max_version=0, first_flexible=0)
 
+# KIP-932 share group records (Kafka's ShareGroup*Key / *Value.json, Kafka 4.2): keys are never
+# flexible, values flexible from version 0; no tagged fields.
+SHARE_GROUP_MEMBER_METADATA_VALUE = Schema("ShareGroupMemberMetadataValue", (
+    F("rackId", "string", nullable="0+"),
+    F("clientId", "string"),
+    F("clientHost", "string"),
+    F("subscribedTopicNames", "[]string"),
+), max_version=0, first_flexible=0)
+SHARE_GROUP_METADATA_VALUE = Schema("ShareGroupMetadataValue", (
+    F("epoch", "int32"),
+    F("metadataHash", "int64"),
+), max_version=0, first_flexible=0)
+SHARE_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE = Schema("ShareGroupTargetAssignmentMetadataValue", (
+    F("assignmentEpoch", "int32"),
+), max_version=0, first_flexible=0)
+SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE = Schema("ShareGroupTargetAssignmentMemberValue", (
+    F("topicPartitions", "[]struct", fields=_CG_TOPIC_PARTITIONS),
+), max_version=0, first_flexible=0)
+SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE = Schema("ShareGroupCurrentMemberAssignmentValue", (
+    F("memberEpoch", "int32"),
+    F("previousMemberEpoch", "int32"),
+    F("state", "int8"),
+    F("assignedPartitions", "[]struct", fields=_CG_TOPIC_PARTITIONS),
+), max_version=0, first_flexible=0)
+_SG_TOPIC_PARTITIONS_INFO = (F("topicId", "uuid"), F("topicName", "string"), F("partitions", "[]int32"))
+SHARE_GROUP_STATE_PARTITION_METADATA_VALUE = Schema("ShareGroupStatePartitionMetadataValue", (
+    F("initializingTopics", "[]struct", fields=_SG_TOPIC_PARTITIONS_INFO),
+    F("initializedTopics", "[]struct", fields=_SG_TOPIC_PARTITIONS_INFO),
+    F("deletingTopics", "[]struct", fields=(F("topicId", "uuid"), F("topicName", "string"))),
+), max_version=0, first_flexible=0)
+
+# __share_group_state (Kafka's share-coordinator ShareSnapshot / ShareUpdate records).
+SHARE_STATE_KEY = Schema("ShareStateKey", (F("groupId", "string"), F("topicId", "uuid"), F("partition", "int32")),
+                         max_version=32767)
+_STATE_BATCH = (F("firstOffset", "int64"), F("lastOffset", "int64"), F("deliveryState", "int8"),
+                F("deliveryCount", "int16"))
+SHARE_SNAPSHOT_VALUE = Schema("ShareSnapshotValue", (
+    F("snapshotEpoch", "int32"),
+    F("stateEpoch", "int32"),
+    F("leaderEpoch", "int32"),
+    F("startOffset", "int64"),
+    F("createTimestamp", "int64"),
+    F("writeTimestamp", "int64"),
+    F("stateBatches", "[]struct", fields=_STATE_BATCH),
+), max_version=0, first_flexible=0)
+SHARE_UPDATE_VALUE = Schema("ShareUpdateValue", (
+    F("snapshotEpoch", "int32"),
+    F("leaderEpoch", "int32"),
+    F("startOffset", "int64"),
+    F("stateBatches", "[]struct", fields=_STATE_BATCH),
+), max_version=0, first_flexible=0)
+
 # The consumer protocol's embedded subscription / assignment (JoinGroup metadata, SyncGroup bytes).
 _TOPIC_PARTITION = (F("topic", "string"), F("partitions", "[]int32"))
 CONSUMER_SUBSCRIPTION = Schema("ConsumerProtocolSubscription", (
@@ -384,14 +450,29 @@ OFFSETS_RECORDS: dict[int, tuple[Schema, Schema]] = {
     CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER: (_CG_MEMBER_KEY, CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE),
     CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: (_CG_MEMBER_KEY, CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE),
     CONSUMER_GROUP_REGULAR_EXPRESSION: (CONSUMER_GROUP_REGULAR_EXPRESSION_KEY, CONSUMER_GROUP_REGULAR_EXPRESSION_VALUE),
+    SHARE_GROUP_MEMBER_METADATA: (_CG_MEMBER_KEY, SHARE_GROUP_MEMBER_METADATA_VALUE),
+    SHARE_GROUP_METADATA: (_CG_KEY, SHARE_GROUP_METADATA_VALUE),
+    SHARE_GROUP_TARGET_ASSIGNMENT_METADATA: (_CG_KEY, SHARE_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE),
+    SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER: (_CG_MEMBER_KEY, SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE),
+    SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT: (_CG_MEMBER_KEY, SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE),
+    SHARE_GROUP_STATE_PARTITION_METADATA: (_CG_KEY, SHARE_GROUP_STATE_PARTITION_METADATA_VALUE),
 }
 CONSUMER_GROUP_RECORD_TYPES = frozenset(range(CONSUMER_GROUP_METADATA, CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT + 1)) \
     | {CONSUMER_GROUP_REGULAR_EXPRESSION}
+SHARE_GROUP_RECORD_TYPES = frozenset(range(SHARE_GROUP_MEMBER_METADATA, SHARE_GROUP_STATE_PARTITION_METADATA + 1))
 TRANSACTION_RECORDS: dict[int, tuple[Schema, Schema]] = {0: (TRANSACTION_LOG_KEY, TRANSACTION_LOG_VALUE)}
+SHARE_STATE_RECORDS: dict[int, tuple[Schema, Schema]] = {
+    SHARE_SNAPSHOT: (SHARE_STATE_KEY, SHARE_SNAPSHOT_VALUE),
+    SHARE_UPDATE: (SHARE_STATE_KEY, SHARE_UPDATE_VALUE),
+}
 
 
 def records_for(topic: str) -> dict[int, tuple[Schema, Schema]]:
-    return TRANSACTION_RECORDS if topic == TRANSACTION_TOPIC else OFFSETS_RECORDS
+    if topic == TRANSACTION_TOPIC:
+        return TRANSACTION_RECORDS
+    if topic == SHARE_STATE_TOPIC:
+        return SHARE_STATE_RECORDS
+    return OFFSETS_RECORDS
 
 
 # --- typed helpers -------------------------------------------------------------------------------
@@ -459,6 +540,15 @@ def consumer_group_key(record_type: int, group_id: str, member_id: str | None = 
 def consumer_group_value(record_type: int, data: dict[str, Any]) -> bytes:
     """A KIP-848 record value at version 0 (the only one Kafka 3.9 / 4.0 write)."""
     return encode(OFFSETS_RECORDS[record_type][1], 0, data)
+
+
+def share_state_key(record_type: int, group_id: str, topic_id: uuid.UUID, partition: int) -> bytes:
+    """The key of a __share_group_state record (ShareSnapshot 0 / ShareUpdate 1)."""
+    return encode(SHARE_STATE_KEY, record_type, {"groupId": group_id, "topicId": topic_id, "partition": partition})
+
+
+def share_state_value(record_type: int, data: dict[str, Any]) -> bytes:
+    return encode(SHARE_STATE_RECORDS[record_type][1], 0, data)
 
 
 def decode_subscription(data: bytes) -> dict[str, Any]:
@@ -542,7 +632,7 @@ def decode_coordinator_record(topic: str, offset: int, key: bytes | None, value:
         return (f"Failed to decode message at offset {offset} (message had a missing key)", None)
     try:
         record_type, key_data, version, value_data = decode_record(topic, key, value)
-        key_text = _json({"type": str(record_type), "data": key_data})
+        key_text = _json({"type": str(record_type), "data": _jsonable(key_data)})
         if value_data is None:
             return (key_text, "<DELETE>")
         if topic != TRANSACTION_TOPIC and record_type == GROUP_METADATA:

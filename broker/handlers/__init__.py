@@ -156,6 +156,9 @@ HANDLER_MODULES = (
     "scram",
     "elect_leaders",
     "reassignments",
+    "share_groups",
+    "share_fetch",
+    "share_state",
 )
 
 

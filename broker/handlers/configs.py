@@ -1,8 +1,11 @@
 """DescribeConfigs (32) v1-4, AlterConfigs (33) v0-2, IncrementalAlterConfigs (44) v0-1.
 
-Resources: TOPIC (2) and BROKER (4; name = this node's id, or "" for the cluster-wide dynamic
-default). Entries carry Kafka's sources (1 topic override, 2 per-broker dynamic, 3 cluster-wide
-dynamic default, 4 static: the properties file or --override, 5 default), synonyms when asked
+Resources: TOPIC (2), BROKER (4; name = this node's id, or "" for the cluster-wide dynamic
+default) and GROUP (32: Kafka's group configs, broker/config/group_configs.py, e.g. the KIP-932
+``share.record.lock.duration.ms`` / ``share.isolation.level`` / ``share.auto.offset.reset``; source
+GROUP_CONFIG (8) when set, else DEFAULT_CONFIG with the broker's value). Entries carry Kafka's
+sources (1 topic override, 2 per-broker dynamic, 3 cluster-wide dynamic default, 4 static: the
+properties file or --override, 5 default), synonyms when asked
 (v1+) and documentation (v3+). Synonyms follow Kafka's ConfigHelper: the values of a config's
 spellings layer by layer (2, 3, 4, 5) from its own name on; a listener-prefixed name's base name
 after it; on the cluster-default resource only layer 3; for a topic config its override first,
@@ -37,8 +40,8 @@ value included) reloads that listener's certificate for new connections, after K
 SslFactory validation (loads, same DN / SANs); a failure answers INVALID_REQUEST and nothing changes.
 
 ACLs (as KafkaApis): DescribeConfigs needs DESCRIBE_CONFIGS, the alter APIs ALTER_CONFIGS, on the
-topic (TOPIC_AUTHORIZATION_FAILED) or, for broker resources, on the cluster
-(CLUSTER_AUTHORIZATION_FAILED), per resource.
+topic (TOPIC_AUTHORIZATION_FAILED), the group (GROUP_AUTHORIZATION_FAILED) or, for broker
+resources, on the cluster (CLUSTER_AUTHORIZATION_FAILED), per resource.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from broker.config import (
     ConfigEntry,
     ConfigError,
     describe_topic_config,
+    group_configs,
     validate_topic_configs,
 )
 from broker.config.kafka_broker_configs import DYNAMIC_SECURITY_CONFIGS, per_broker_only
@@ -65,7 +69,7 @@ from broker.services import BrokerServices
 from protocol.errors import ErrorCode, KafkaError
 from security.tls import TlsConfigError
 
-TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
+TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 Result = DescribeConfigsResponse.DescribeConfigsResult
@@ -90,6 +94,9 @@ def _authorize(ctx: RequestContext, op: AclOperation, rtype: int, name: str) -> 
     if rtype == TOPIC:
         if not ctx.authorize(op, ResourceType.TOPIC, name):
             raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    elif rtype == GROUP:
+        if not ctx.authorize(op, ResourceType.GROUP, name):
+            raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
     elif rtype in (BROKER, BROKER_LOGGER) and not ctx.authorize_cluster(op):
         raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 
@@ -102,6 +109,10 @@ def _entries(ctx: RequestContext, rtype: int, name: str) -> list[ConfigEntry]:
         return describe_topic_config(info.configs, ctx.config)
     if rtype == BROKER:
         return ctx.config.describe(cluster_default=_check_broker_name(ctx, name))
+    if rtype == GROUP:
+        if not name:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
+        return group_configs.describe(ctx.metadata.group_configs().get(name, {}), ctx.config.get)
     raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}")
 
 
@@ -241,6 +252,21 @@ async def _alter(ctx: RequestContext, rtype: int, name: str, ops: list[tuple[str
             # (broker/config/dynamic_watch.py); the write returns once this broker has.
             await services.metadata.set_broker_dynamic_configs(resource, new)
             swap_tls()
+    elif rtype == GROUP:
+        if not name:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
+        everything = services.metadata.group_configs()
+        current = everything.get(name, {})
+        try:
+            new = _apply_ops({} if replace else current, ops, set())
+            group_configs.validate(new, services.config.get)
+        except ConfigError as e:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
+        if not validate_only and new != current:
+            updated = {g: c for g, c in everything.items() if g != name}
+            if new:
+                updated[name] = new
+            await services.metadata.alter_group_configs(updated)
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {rtype}")
 

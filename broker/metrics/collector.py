@@ -58,6 +58,7 @@ class BrokerCollector:
         self._generations: dict[str, int] = {}  # group -> generation / group epoch at the last scrape
         self.classic_rebalances = 0
         self.consumer_rebalances = 0
+        self.share_rebalances = 0
 
     def describe(self) -> list[Metric]:
         return []  # unchecked collector: families vary with topics and groups
@@ -68,6 +69,7 @@ class BrokerCollector:
         yield from self._partition_metrics()
         yield from self._group_metrics()
         yield from self._txn_metrics()
+        yield from self._share_metrics()
 
     # --- BrokerTopicMetrics --------------------------------------------------------------------
 
@@ -246,8 +248,16 @@ class BrokerCollector:
         classic = dict.fromkeys(_CLASSIC_STATES, 0)
         consumer = dict.fromkeys(("Empty", "Assigning", "Reconciling", "Stable", "Dead"), 0)
         members = _gauge("kafka_consumergroup_members", ["consumergroup"])
+        share_members = _gauge("kbroker_share_group_members", ["sharegroup"])
+        share_states = {"Empty": 0, "Stable": 0}
         seen: dict[str, int] = {}
         for gid, g in sorted(groups.items()):
+            if getattr(g, "group_type", None) == "share":
+                share_members.add_metric([gid], len(g.members))
+                share_states[g.state_name] = share_states.get(g.state_name, 0) + 1
+                self.share_rebalances += max(0, g.group_epoch - self._generations.get(gid, 0))
+                seen[gid] = g.group_epoch
+                continue
             members.add_metric([gid], len(getattr(g, "members", {}) or {}))
             classic_group = hasattr(g, "generation_id")
             if classic_group:
@@ -284,6 +294,15 @@ class BrokerCollector:
         crb.add_metric([], self.consumer_rebalances)
         yield crb
         yield members
+        for suffix, n in (("", sum(share_states.values())), ("empty", share_states["Empty"]),
+                          ("stable", share_states["Stable"])):
+            sgc = _gauge(f"{prefix}numsharegroups{suffix}")
+            sgc.add_metric([], n)
+            yield sgc
+        srb = _counter("kafka_server_group_coordinator_metrics_sharegrouprebalance_total")
+        srb.add_metric([], self.share_rebalances)
+        yield srb
+        yield share_members
         yield from self._lag_metrics(gc)
 
     def _lag_metrics(self, gc: Any) -> Iterator[Metric]:
@@ -330,3 +349,54 @@ class BrokerCollector:
         age = _gauge("kbroker_transaction_coordinator_oldest_ongoing_transaction_age_seconds")
         age.add_metric([], oldest)
         yield age
+
+    # --- share groups: share-partitions and sessions on this broker ------------------------------
+
+    def _share_metrics(self) -> Iterator[Metric]:
+        share = getattr(self.broker, "share", None)
+        spm = share.partitions if share is not None else None
+        stats = getattr(spm, "stats", None)
+        parts = dict(getattr(spm, "partitions", {}) or {})
+        acks = _counter("kafka_server_sharegroupmetrics_recordacknowledgements_total", ["acktype"])
+        for kind in ("accept", "release", "reject"):
+            acks.add_metric([kind.capitalize()], stats.acknowledged[kind] if stats else 0)
+        yield acks
+        for table, total_name, failed_name in (
+                ("fetch_requests", "totalsharefetchrequests", "failedsharefetchrequests"),
+                ("ack_requests", "totalshareacknowledgementrequests", "failedshareacknowledgementrequests")):
+            rows = getattr(stats, table, {}) if stats else {}
+            tot = _counter(f"kafka_server_brokertopicmetrics_{total_name}_total", ["topic"])
+            bad = _counter(f"kafka_server_brokertopicmetrics_{failed_name}_total", ["topic"])
+            for topic, (n, failed) in sorted(rows.items()):
+                tot.add_metric([topic], n)
+                bad.add_metric([topic], failed)
+            yield _with_total(tot, sum(r[0] for r in rows.values()))
+            yield _with_total(bad, sum(r[1] for r in rows.values()))
+        lag = _gauge("kbroker_share_group_lag", ["sharegroup", "topic", "partition"])
+        by_state: dict[str, int] = {"Available": 0, "Acquired": 0, "Acknowledged": 0, "Archived": 0}
+        hw_by_tp = getattr(self, "_hw_by_tp", {})
+        for (gid, t, p), msp in sorted(parts.items()):
+            sp = msp.sp
+            for st, n in sp.state_counts().items():
+                by_state[st.name.capitalize()] += n
+            hw = hw_by_tp.get((t, p))
+            if hw is not None:
+                lag.add_metric([gid, t, str(p)], max(0, hw - sp.start_offset))
+        yield lag
+        n_parts = _gauge("kbroker_share_partitions")
+        n_parts.add_metric([], len(parts))
+        yield n_parts
+        inflight = _gauge("kbroker_share_inflight_records", ["state"])
+        for st, n in by_state.items():
+            inflight.add_metric([st], n)
+        yield inflight
+        for name, attr in (("kbroker_share_acquired_records_total", "acquired_records"),
+                           ("kbroker_share_redelivered_records_total", "redelivered_records"),
+                           ("kbroker_share_lock_expired_records_total", "lock_expired_records"),
+                           ("kbroker_share_state_write_failures_total", "write_failures")):
+            c = _counter(name)
+            c.add_metric([], getattr(stats, attr, 0) if stats else 0)
+            yield c
+        sessions = _gauge("kbroker_share_sessions")
+        sessions.add_metric([], len(share.sessions) if share is not None else 0)
+        yield sessions

@@ -110,6 +110,32 @@ STRIMZI: list[tuple[str, str, str, str]] = [
     ("kafka.server:type=group-coordinator-metrics,name=ConsumerGroupRebalancePerSec",
      "kafka_server_group_coordinator_metrics_consumergrouprebalance_total", "counter",
      "Consumer-protocol group rebalances (group epoch increases seen at scrapes)."),
+    ("kafka.coordinator.group:type=GroupMetadataManager,name=NumShareGroups",
+     "kafka_coordinator_group_groupmetadatamanager_numsharegroups", "gauge", "Share groups (KIP-932)."),
+    ("kafka.coordinator.group:type=GroupMetadataManager,name=NumShareGroupsEmpty",
+     "kafka_coordinator_group_groupmetadatamanager_numsharegroupsempty", "gauge", "Share groups in Empty."),
+    ("kafka.coordinator.group:type=GroupMetadataManager,name=NumShareGroupsStable",
+     "kafka_coordinator_group_groupmetadatamanager_numsharegroupsstable", "gauge", "Share groups in Stable."),
+    ("kafka.server:type=group-coordinator-metrics,name=ShareGroupRebalancePerSec",
+     "kafka_server_group_coordinator_metrics_sharegrouprebalance_total", "counter",
+     "Share-group rebalances (group epoch increases seen at scrapes)."),
+    ("kafka.server:type=ShareGroupMetrics,name=RecordAcknowledgementsPerSec",
+     "kafka_server_sharegroupmetrics_recordacknowledgements_total", "counter",
+     "Share-group records acknowledged on this broker, per acknowledgement type (acktype: Accept, Release, "
+     "Reject)."),
+    ("kafka.server:type=BrokerTopicMetrics,name=TotalShareFetchRequestsPerSec",
+     "kafka_server_brokertopicmetrics_totalsharefetchrequests_total", "counter",
+     "ShareFetch requests, counted once per topic they fetch (per topic; without a topic label: all topics)."),
+    ("kafka.server:type=BrokerTopicMetrics,name=FailedShareFetchRequestsPerSec",
+     "kafka_server_brokertopicmetrics_failedsharefetchrequests_total", "counter",
+     "ShareFetch requests with a partition error, per topic (without a topic label: all topics)."),
+    ("kafka.server:type=BrokerTopicMetrics,name=TotalShareAcknowledgementRequestsPerSec",
+     "kafka_server_brokertopicmetrics_totalshareacknowledgementrequests_total", "counter",
+     "Requests carrying share acknowledgements (ShareAcknowledge, or ShareFetch with acknowledgements), per topic "
+     "(without a topic label: all topics)."),
+    ("kafka.server:type=BrokerTopicMetrics,name=FailedShareAcknowledgementRequestsPerSec",
+     "kafka_server_brokertopicmetrics_failedshareacknowledgementrequests_total", "counter",
+     "Requests whose share acknowledgements failed on a partition, per topic (without a topic label: all topics)."),
 ]
 
 KAFKA_EXPORTER: list[tuple[str, str, str]] = [
@@ -134,6 +160,21 @@ KBROKER: list[tuple[str, str, str]] = [
      "Transactions aborted by the coordinator after transaction.timeout.ms."),
     ("kbroker_transaction_coordinator_oldest_ongoing_transaction_age_seconds", "gauge",
      "Age of the oldest Ongoing transaction (0 when none): a hanging transaction keeps rising."),
+    ("kbroker_share_group_members", "gauge", "Members per share group (KIP-932) held by this coordinator."),
+    ("kbroker_share_group_lag", "gauge",
+     "Records not yet delivered-and-done per share group and share-partition led here: high watermark minus the "
+     "share-partition start offset (SPSO)."),
+    ("kbroker_share_partitions", "gauge", "Share-partitions (group, topic partition) loaded on this broker."),
+    ("kbroker_share_inflight_records", "gauge",
+     "Records in the share-partitions' in-flight windows (between the start and end offsets), per state."),
+    ("kbroker_share_acquired_records_total", "counter", "Records acquired (delivered) to share consumers."),
+    ("kbroker_share_redelivered_records_total", "counter",
+     "Records acquired again after a release, a lock expiry or a consumer leaving (delivery count > 1)."),
+    ("kbroker_share_lock_expired_records_total", "counter",
+     "Acquired records whose acquisition lock expired before an acknowledgement."),
+    ("kbroker_share_state_write_failures_total", "counter",
+     "Share-partition state writes to the share coordinator that failed (the change was rolled back)."),
+    ("kbroker_share_sessions", "gauge", "Share sessions in this broker's share-session cache."),
 ]
 
 SPEC: dict[str, tuple[str, str]] = {n: (t, h) for _, n, t, h in STRIMZI}

@@ -100,12 +100,13 @@ async def test_broker_configs_and_features(stores) -> None:
     b, _ = await stores(2)
     heard: list[int | None] = []
     b.add_broker_config_listener(heard.append)
-    assert a.finalized_features() == {"transaction.version": 2} and a.features_epoch() == 1
+    assert a.finalized_features() == {"transaction.version": 2, "share.version": 1} and a.features_epoch() == 1
     await a.set_finalized_feature("transaction.version", 1)
     # One key per BROKER resource: the cluster-wide default and each broker's own set.
     await a.set_broker_dynamic_configs(None, {"log.cleaner.threads": "2"})
     await a.set_broker_dynamic_configs(1, {"message.max.bytes": "5000"})
-    await wait_until(lambda: b.finalized_features() == {"transaction.version": 1} and b.features_epoch() == 2
+    await wait_until(lambda: b.finalized_features() == {"transaction.version": 1, "share.version": 1}
+                     and b.features_epoch() == 2
                      and b.broker_dynamic_configs(None) == {"log.cleaner.threads": "2"}
                      and b.broker_dynamic_configs(1) == {"message.max.bytes": "5000"}, "features and configs in b")
     assert b.broker_dynamic_configs(2) == {} and heard == [None, 1]

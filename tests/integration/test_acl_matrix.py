@@ -10,6 +10,7 @@ requests name, "denied" grants nothing. Each API is sent as a raw request: denie
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -67,13 +68,15 @@ from kafka.protocol.producer import (
     WriteTxnMarkersRequest,
 )
 
+from protocol import share_group_api as S
 from protocol.consumer_group_api import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
 from protocol.errors import ErrorCode as E
 from storage.batch import build_batch
 from tests.helpers.broker_proc import BrokerProcess
 from tests.helpers.wire import RawConnection
 
-TOPIC, GROUP, TXN = "acl-t", "acl-g", "acl-tx"
+TOPIC, GROUP, TXN, SHARE_GROUP = "acl-t", "acl-g", "acl-tx", "acl-sg"
+SOME_ID = uuid.UUID(int=12345)
 ANON = "User:ANONYMOUS"
 AUTH_ERRORS = {E.TOPIC_AUTHORIZATION_FAILED, E.GROUP_AUTHORIZATION_FAILED, E.CLUSTER_AUTHORIZATION_FAILED,
                E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
@@ -246,6 +249,52 @@ MATRIX: list[tuple[str, int, Callable[[], Any], int]] = [
      E.GROUP_AUTHORIZATION_FAILED),
     ("ConsumerGroupDescribe", 0, lambda: ConsumerGroupDescribeRequest(version=0, group_ids=[GROUP],
                                                                       include_authorized_operations=False),
+     E.GROUP_AUTHORIZATION_FAILED),
+    # KIP-932 share groups (a group id of their own: "acl-g" is a consumer group by now).
+    ("ShareGroupHeartbeat", 1, lambda: S.ShareGroupHeartbeatRequest(
+        version=1, group_id=SHARE_GROUP, member_id="AAAAAAAAAAAAAAAAAAAAAA", member_epoch=0, rack_id=None,
+        subscribed_topic_names=[TOPIC]), E.GROUP_AUTHORIZATION_FAILED),
+    ("ShareGroupDescribe", 1, lambda: S.ShareGroupDescribeRequest(version=1, group_ids=[SHARE_GROUP],
+                                                                  include_authorized_operations=False),
+     E.GROUP_AUTHORIZATION_FAILED),
+    ("ShareFetch", 1, lambda: S.ShareFetchRequest(
+        version=1, group_id=SHARE_GROUP, member_id="AAAAAAAAAAAAAAAAAAAAAA", share_session_epoch=0, max_wait_ms=0,
+        min_bytes=1, max_bytes=1 << 20, max_records=10, batch_size=10, topics=[], forgotten_topics_data=[]),
+     E.GROUP_AUTHORIZATION_FAILED),
+    ("ShareAcknowledge", 1, lambda: S.ShareAcknowledgeRequest(
+        version=1, group_id=SHARE_GROUP, member_id="AAAAAAAAAAAAAAAAAAAAAA", share_session_epoch=1, topics=[]),
+     E.GROUP_AUTHORIZATION_FAILED),
+    ("InitializeShareGroupState", 0, lambda: S.InitializeShareGroupStateRequest(
+        version=0, group_id=SHARE_GROUP, topics=[S.InitializeShareGroupStateRequest.InitializeStateData(
+            version=0, topic_id=SOME_ID, partitions=[S.InitializeShareGroupStateRequest.InitializeStateData.PartitionData(
+                version=0, partition=0, state_epoch=0, start_offset=-1)])]), E.CLUSTER_AUTHORIZATION_FAILED),
+    ("ReadShareGroupState", 0, lambda: S.ReadShareGroupStateRequest(
+        version=0, group_id=SHARE_GROUP, topics=[S.ReadShareGroupStateRequest.ReadStateData(
+            version=0, topic_id=SOME_ID, partitions=[S.ReadShareGroupStateRequest.ReadStateData.PartitionData(
+                version=0, partition=0, leader_epoch=0)])]), E.CLUSTER_AUTHORIZATION_FAILED),
+    ("WriteShareGroupState", 0, lambda: S.WriteShareGroupStateRequest(
+        version=0, group_id=SHARE_GROUP, topics=[S.WriteShareGroupStateRequest.WriteStateData(
+            version=0, topic_id=SOME_ID, partitions=[S.WriteShareGroupStateRequest.WriteStateData.PartitionData(
+                version=0, partition=0, state_epoch=0, leader_epoch=0, start_offset=0, state_batches=[])])]),
+     E.CLUSTER_AUTHORIZATION_FAILED),
+    ("DeleteShareGroupState", 0, lambda: S.DeleteShareGroupStateRequest(
+        version=0, group_id=SHARE_GROUP, topics=[S.DeleteShareGroupStateRequest.DeleteStateData(
+            version=0, topic_id=SOME_ID, partitions=[S.DeleteShareGroupStateRequest.DeleteStateData.PartitionData(
+                version=0, partition=0)])]), E.CLUSTER_AUTHORIZATION_FAILED),
+    ("ReadShareGroupStateSummary", 0, lambda: S.ReadShareGroupStateSummaryRequest(
+        version=0, group_id=SHARE_GROUP, topics=[S.ReadShareGroupStateSummaryRequest.ReadStateSummaryData(
+            version=0, topic_id=SOME_ID, partitions=[
+                S.ReadShareGroupStateSummaryRequest.ReadStateSummaryData.PartitionData(
+                    version=0, partition=0, leader_epoch=0)])]), E.CLUSTER_AUTHORIZATION_FAILED),
+    ("DescribeShareGroupOffsets", 0, lambda: S.DescribeShareGroupOffsetsRequest(version=0, groups=[
+        S.DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup(
+            version=0, group_id=SHARE_GROUP, topics=None)]), E.GROUP_AUTHORIZATION_FAILED),
+    ("AlterShareGroupOffsets", 0, lambda: S.AlterShareGroupOffsetsRequest(version=0, group_id=SHARE_GROUP, topics=[
+        S.AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestTopic(version=0, topic_name=TOPIC, partitions=[
+            S.AlterShareGroupOffsetsRequest.AlterShareGroupOffsetsRequestTopic.AlterShareGroupOffsetsRequestPartition(
+                version=0, partition_index=0, start_offset=0)])]), E.GROUP_AUTHORIZATION_FAILED),
+    ("DeleteShareGroupOffsets", 0, lambda: S.DeleteShareGroupOffsetsRequest(version=0, group_id=SHARE_GROUP, topics=[
+        S.DeleteShareGroupOffsetsRequest.DeleteShareGroupOffsetsRequestTopic(version=0, topic_name=TOPIC)]),
      E.GROUP_AUTHORIZATION_FAILED),
     ("InitProducerId idempotent", 4, lambda: InitProducerIdRequest(version=4, transactional_id=None,
                                                                    transaction_timeout_ms=60000, producer_id=-1,

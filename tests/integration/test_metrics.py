@@ -7,7 +7,8 @@ reported per group and partition and falls to 0 once the consumer has caught up 
 per-API latency histograms exist for Produce and Fetch; every metric selector in the shipped
 Grafana dashboard matches a served series; ``promtool check metrics`` accepts the output;
 transaction coordinator gauges see an open transaction and its age; the ``process_*`` families
-(CPU seconds, resident memory, open fds, start time) describe the broker's own process.
+(CPU seconds, resident memory, open fds, start time) describe the broker's own process; share-group
+(KIP-932) acknowledgement, delivery, request and lag series follow a share consumer.
 """
 
 from __future__ import annotations
@@ -207,6 +208,50 @@ def _matches(labels: dict[str, str], matchers: list[tuple[str, str, str]]) -> bo
         if (op == "=" and have != v) or (op == "!=" and have == v) or (op == "=~" and not re.fullmatch(v, have)):
             return False
     return True
+
+
+def test_share_group_metrics(mb) -> None:
+    """A share consumer (KIP-932) that accepts, releases (once) and rejects: the acknowledgement
+    meter per type, acquisitions and redeliveries, the share-request meters per topic, the share
+    group's members and state, and its lag falling to 0."""
+    from confluent_kafka import AcknowledgeType
+
+    from tests.helpers.share_clients import ShareWorker, produce_values, set_group_configs
+
+    b, url = mb
+    create_topic(b.bootstrap, "m-share")
+    set_group_configs(b.bootstrap, "m-sg", {"share.auto.offset.reset": "earliest"})
+    produce_values(b.bootstrap, "m-share", range(30), 1)
+
+    def decide(m):
+        v = int(m.value())
+        if v % 3 == 1 and m.delivery_count() == 1:
+            return AcknowledgeType.RELEASE
+        return AcknowledgeType.REJECT if v % 3 == 2 else AcknowledgeType.ACCEPT
+
+    w = ShareWorker(b.bootstrap, "m-sg", ["m-share"], explicit=True, decide=decide)
+    w.start()
+    try:
+        m = scrape_when(url, lambda m: value(m, "kbroker_share_group_lag", sharegroup="m-sg", topic="m-share",
+                                             partition="0") == 0 and value(
+            m, "kafka_server_sharegroupmetrics_recordacknowledgements_total", acktype="Accept") == 20,
+            "the share group done with the topic")
+        assert value(m, "kbroker_share_group_members", sharegroup="m-sg") == 1
+        assert value(m, "kafka_coordinator_group_groupmetadatamanager_numsharegroupsstable") >= 1
+    finally:
+        w.stop_event.set()
+        w.join(60)
+    assert not w.errors, w.errors
+    assert value(m, "kafka_server_sharegroupmetrics_recordacknowledgements_total", acktype="Release") == 10
+    assert value(m, "kafka_server_sharegroupmetrics_recordacknowledgements_total", acktype="Reject") == 10
+    assert value(m, "kbroker_share_acquired_records_total") == 40
+    assert value(m, "kbroker_share_redelivered_records_total") == 10
+    assert value(m, "kafka_server_brokertopicmetrics_totalsharefetchrequests_total", topic="m-share") >= 1
+    assert value(m, "kafka_server_brokertopicmetrics_totalshareacknowledgementrequests_total", topic="m-share") >= 1
+    assert value(m, "kafka_server_brokertopicmetrics_failedsharefetchrequests_total", topic="m-share") == 0
+    assert value(m, "kbroker_share_partitions") >= 1
+    assert value(m, "kbroker_share_inflight_records", state="Acquired") == 0
+    assert value(m, "kafka_server_group_coordinator_metrics_sharegrouprebalance_total") >= 1
 
 
 def test_every_dashboard_query_has_data(mb) -> None:

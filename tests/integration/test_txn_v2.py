@@ -77,8 +77,8 @@ async def committed_values(c, topic) -> list[bytes]:
 async def test_api_versions_advertises_transaction_version(broker):
     async with ProtocolClient(*_addr(broker)) as c:
         supported, finalized, epoch = await features(c)
-        assert supported == {"transaction.version": (0, 2)}
-        assert finalized == {"transaction.version": (2, 2)} and epoch >= 1
+        assert supported == {"transaction.version": (0, 2), "share.version": (0, 1)}
+        assert finalized == {"transaction.version": (2, 2), "share.version": (1, 1)} and epoch >= 1
 
 
 async def test_each_end_txn_bumps_the_epoch_and_old_epoch_is_fenced(broker):
@@ -224,7 +224,7 @@ async def test_downgrade_to_tv1_restores_tv1_semantics(broker):
             r = await c.request(UpdateFeaturesRequest(version=1, timeout_ms=5000, validate_only=False, feature_updates=[
                 K(version=1, feature=name, max_version_level=level, upgrade_type=kind)]), 1)
             assert r.error_code == E.INVALID_UPDATE_VERSION, (name, level)
-        assert (await features(c))[1] == {"transaction.version": (2, 2)}
+        assert (await features(c))[1]["transaction.version"] == (2, 2)
     cli = [sys.executable, "-m", "cli", "features", "--bootstrap-server", broker.bootstrap]
     out = subprocess.run([*cli, "downgrade", "--feature", "transaction.version=1"], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=60)
@@ -234,7 +234,7 @@ async def test_downgrade_to_tv1_restores_tv1_semantics(broker):
     assert "Feature: transaction.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 2\tFinalizedVersionLevel: 1" \
         in out.stdout
     async with ProtocolClient(*_addr(broker)) as c:
-        assert (await features(c))[1] == {"transaction.version": (1, 1)}
+        assert (await features(c))[1]["transaction.version"] == (1, 1)
         pid, epoch = await init_ok(c, "t-v2d")
         # TV1: Produce v12 no longer adds partitions implicitly (verification refuses it)
         assert await produce_v12(c, "v2d", [b"d"], pid, epoch, 0, "t-v2d") == E.INVALID_TXN_STATE
@@ -247,9 +247,9 @@ async def test_downgrade_to_tv1_restores_tv1_semantics(broker):
         await wait_complete(c, "t-v2d")
     broker.restart()  # the level is persisted
     async with ProtocolClient(*_addr(broker)) as c:
-        assert (await features(c))[1] == {"transaction.version": (1, 1)}
+        assert (await features(c))[1]["transaction.version"] == (1, 1)
     out = subprocess.run([*cli, "upgrade", "--feature", "transaction.version=2"], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     async with ProtocolClient(*_addr(broker)) as c:
-        assert (await features(c))[1] == {"transaction.version": (2, 2)}
+        assert (await features(c))[1]["transaction.version"] == (2, 2)

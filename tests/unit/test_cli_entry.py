@@ -14,9 +14,9 @@ import pytest
 from cli.main import SUBCOMMANDS, main
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOLS = ["topics", "configs", "console-producer", "console-consumer", "groups", "transactions", "get-offsets",
-         "perf", "features", "users", "acls", "leader-election", "reassign-partitions", "cluster", "healthcheck",
-         "schemas"]
+TOOLS = ["topics", "configs", "console-producer", "console-consumer", "groups", "share-groups", "transactions",
+         "get-offsets", "perf", "features", "users", "acls", "leader-election", "reassign-partitions", "cluster",
+         "healthcheck", "schemas"]
 
 
 def _python(code: str) -> subprocess.CompletedProcess[str]:

@@ -31,6 +31,12 @@ REFERENCE = {
     "kafka_brokers", "kafka_topic_partitions", "kafka_topic_partition_current_offset",
     "kafka_topic_partition_oldest_offset", "kafka_consumergroup_current_offset", "kafka_consumergroup_lag",
     "kafka_consumergroup_members",
+    # KIP-932 (share groups): Kafka's ShareGroupMetrics and BrokerTopicMetrics share meters.
+    "kafka_server_sharegroupmetrics_recordacknowledgements_total",
+    "kafka_server_brokertopicmetrics_totalsharefetchrequests_total",
+    "kafka_server_brokertopicmetrics_failedsharefetchrequests_total",
+    "kafka_server_brokertopicmetrics_totalshareacknowledgementrequests_total",
+    "kafka_server_brokertopicmetrics_failedshareacknowledgementrequests_total",
 }
 
 
