@@ -147,3 +147,15 @@ def test_the_checker_sees_type_checking_and_function_level_imports(tmp_path: Pat
                    "def f():\n    from storage import log\n")
     mods = {"m": src, "broker.broker": src, "storage.log": src, "storage": src, "broker": src}
     assert _imports("m", src, mods) == {"broker.broker", "storage.log"}
+
+
+def test_test_modules_have_unique_basenames() -> None:
+    """pytest (rootdir-relative imports: most test folders have no __init__.py) refuses to collect two test
+    modules of one basename: the whole run stops at collection."""
+    seen: dict[str, Path] = {}
+    clashes = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        if path.name in seen:
+            clashes.append(f"{seen[path.name].relative_to(ROOT)} and {path.relative_to(ROOT)}")
+        seen.setdefault(path.name, path)
+    assert not clashes, clashes
