@@ -31,8 +31,8 @@ from kafka.protocol.admin import DeleteGroupsRequest, DescribeGroupsRequest, Lis
 from kafka.protocol.consumer import ListOffsetsRequest, OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
-from cli.common import TIMEOUT_S, CliError, add_connection_options, check_topic_name, kafka_action_form
-from cli.protocol_session import BoundedClient, ProtocolSession, require_plaintext
+from cli.common import CliError, add_connection_options, check_topic_name, kafka_action_form
+from cli.protocol_session import BoundedClient, ProtocolSession, run_protocol_tool
 from protocol.consumer_group_api import ConsumerGroupDescribeRequest
 from protocol.errors import ErrorCode
 
@@ -410,15 +410,7 @@ async def _run(args: argparse.Namespace, out: TextIO) -> int:
 
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     args = build_parser().parse_args(kafka_action_form(argv, ACTIONS))
-    try:
-        require_plaintext(args.command_config, "kbroker groups")
-        return asyncio.run(asyncio.wait_for(_run(args, out or sys.stdout), TIMEOUT_S * 4))
-    except TimeoutError:
-        print(f"kbroker groups {args.command}: no answer within {TIMEOUT_S * 4:g} s", file=sys.stderr)
-        return 1
-    except (CliError, OSError, ValueError) as e:
-        print(f"kbroker groups {args.command}: {e}", file=sys.stderr)
-        return 1
+    return run_protocol_tool("kbroker groups", args.command, args.command_config, _run(args, out or sys.stdout))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
+from collections.abc import Coroutine
 from typing import Any
 
 from cli.common import CONNECT_TIMEOUT_S, TIMEOUT_S, CliError, bootstrap_addresses, load_properties
@@ -25,6 +27,22 @@ def require_plaintext(command_config: str | None, tool: str) -> None:
     protocol = load_properties(command_config).get("security.protocol", "PLAINTEXT")
     if protocol.upper() != "PLAINTEXT":
         raise CliError(f"security.protocol={protocol} is not supported by {tool} yet (PLAINTEXT only)")
+
+
+def run_protocol_tool(tool: str, command: str, command_config: str | None,
+                      work: Coroutine[Any, Any, int]) -> int:
+    """Run a tool's coroutine under one overall deadline; every failure is one line on stderr."""
+    try:
+        require_plaintext(command_config, tool)
+        return asyncio.run(asyncio.wait_for(work, TIMEOUT_S * 4))
+    except TimeoutError:
+        print(f"{tool} {command}: no answer within {TIMEOUT_S * 4:g} s", file=sys.stderr)
+        return 1
+    except (CliError, OSError, ValueError) as e:
+        print(f"{tool} {command}: {e}", file=sys.stderr)
+        return 1
+    finally:
+        work.close()  # never awaited when the config is refused: no "was never awaited" warning
 
 
 class BoundedClient:

@@ -22,7 +22,6 @@ the action as a flag (``--list``, ``--describe``, ``--reset-offsets``, ``--delet
 from __future__ import annotations
 
 import argparse
-import asyncio
 import re
 import sys
 import time
@@ -30,9 +29,9 @@ from typing import Any, TextIO
 
 from kafka.protocol.admin import DeleteGroupsRequest, ListGroupsRequest
 
-from cli.common import TIMEOUT_S, CliError, add_connection_options, kafka_action_form
+from cli.common import CliError, add_connection_options, kafka_action_form
 from cli.groups import EARLIEST, LATEST, GroupsTool, _parse_datetime
-from cli.protocol_session import BoundedClient, require_plaintext
+from cli.protocol_session import BoundedClient, run_protocol_tool
 from protocol.errors import ErrorCode
 from protocol.share_group_api import (
     AlterShareGroupOffsetsRequest,
@@ -285,15 +284,7 @@ async def _run(args: argparse.Namespace, out: TextIO) -> int:
 
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     args = build_parser().parse_args(kafka_action_form(argv, ACTIONS))
-    try:
-        require_plaintext(args.command_config, "kbroker share-groups")
-        return asyncio.run(asyncio.wait_for(_run(args, out or sys.stdout), TIMEOUT_S * 4))
-    except TimeoutError:
-        print(f"kbroker share-groups {args.command}: no answer within {TIMEOUT_S * 4:g} s", file=sys.stderr)
-        return 1
-    except (CliError, OSError, ValueError) as e:
-        print(f"kbroker share-groups {args.command}: {e}", file=sys.stderr)
-        return 1
+    return run_protocol_tool("kbroker share-groups", args.command, args.command_config, _run(args, out or sys.stdout))
 
 
 if __name__ == "__main__":
