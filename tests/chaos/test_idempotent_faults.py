@@ -376,7 +376,8 @@ async def _run(rig_factory, client: str, *, seed: int, n: int = N_RECORDS, inten
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("client", list(FAULTS))
+@pytest.mark.parametrize("client", [  # the pure-Python clients' runs: make test-all (the suite's time budget)
+    c if c == "confluent-kafka" else pytest.param(c, marks=pytest.mark.slow) for c in FAULTS])
 async def test_idempotent_producer_under_faults(rig_factory, client):
     await _run(rig_factory, client, seed=1)
 

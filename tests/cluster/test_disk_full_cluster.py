@@ -71,6 +71,7 @@ class Load:
         self.producer.flush(120)
 
 
+@pytest.mark.slow  # a cluster-fault test (make test-all); the single-node one is in the default suite
 def test_full_log_dir_halts_one_broker_and_loses_nothing(cluster: tuple[FaultCluster, SmallDisk]) -> None:
     c, disk = cluster
     full = c.brokers[FULL_NODE]

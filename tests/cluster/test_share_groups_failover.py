@@ -129,7 +129,8 @@ def start_offsets(cluster: BrokerCluster, group: str) -> dict[int, int] | None:
     return None
 
 
-@pytest.mark.parametrize("role", ["leader", "coordinator"])
+# The coordinator kill is a cluster-fault test of its own minute: make test-all runs it.
+@pytest.mark.parametrize("role", ["leader", pytest.param("coordinator", marks=pytest.mark.slow)])
 def test_share_group_survives_broker_kill(etcd: EtcdProcess, tmp_path: Path, role: str) -> None:
     with coord_cluster(etcd, tmp_path, **OVERRIDES) as cluster:
         groups = ensure_internal_topic(cluster, GROUP_TOPIC)

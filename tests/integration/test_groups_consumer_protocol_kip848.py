@@ -150,7 +150,7 @@ def test_rapid_subscribe_unsubscribe_cycles(broker_factory) -> None:
             m.c.close()
 
 
-@pytest.mark.parametrize("max_poll_ms", [7000, 10000])
+@pytest.mark.parametrize("max_poll_ms", [pytest.param(7000, marks=pytest.mark.slow), 10000])  # 7000: make test-all
 def test_member_past_max_poll_interval_is_fenced_rejoins_and_group_converges(broker_factory, max_poll_ms) -> None:
     broker = broker_factory(OVERRIDES)
     topic = unique("mpi")
