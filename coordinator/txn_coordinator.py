@@ -475,7 +475,11 @@ class TransactionCoordinator:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
         if md.producer_epoch != epoch or md.next_producer_epoch != -1:  # recovered: the old instance is fenced
             return ErrorCode.PRODUCER_FENCED
-        if md.pending is not None or md.completing:
+        # As Kafka's handleVerifyPartitionsInTransaction: only PrepareCommit/PrepareAbort are
+        # CONCURRENT_TRANSACTIONS. A transition in flight (another AddPartitionsToTxn being written)
+        # is not checked: the partitions count once persisted, and the append is validated again.
+        # (Answering it CONCURRENT_TRANSACTIONS cost a librdkafka TxnOffsetCommit a 500 ms backoff.)
+        if md.completing:
             return ErrorCode.CONCURRENT_TRANSACTIONS
         if md.state != TxnState.ONGOING or (topic, partition) not in md.partitions:
             return ErrorCode.INVALID_TXN_STATE

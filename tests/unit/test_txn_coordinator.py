@@ -33,6 +33,7 @@ class FakeAccess(PartitionAccess):
         self.logs: dict[tuple[str, int], list[bytes]] = {}
         self.markers: list[TxnMarkerEntry] = []
         self.gate: asyncio.Event | None = None
+        self.append_gate: asyncio.Event | None = None  # holds state writes (a transition in flight)
         self.fail: dict[tuple[str, int], list[int]] = {}  # error codes to answer, one per attempt
         self.append_error: Exception | None = None
 
@@ -43,6 +44,8 @@ class FakeAccess(PartitionAccess):
         return topic in self.topics and 0 <= partition < self.topics[topic]
 
     async def append(self, topic: str, partition: int, batch: bytes, *, replicated: bool = True) -> int:
+        if self.append_gate is not None:
+            await self.append_gate.wait()
         if self.append_error is not None:
             raise self.append_error
         log = self.logs.setdefault((topic, partition), [])
@@ -365,6 +368,23 @@ async def test_verify_partition_while_completing_is_concurrent_transactions(coor
     finally:
         access.gate.set()
         await _settle()
+
+
+async def test_verify_partition_ignores_an_add_in_flight(coord, access):
+    """Kafka checks only the Prepare states: an AddPartitionsToTxn still being written (here held
+    by the gate) does not make an already added partition CONCURRENT_TRANSACTIONS."""
+    pid, epoch = await _ongoing(coord, parts=[("__consumer_offsets", 7)])
+    access.append_gate = asyncio.Event()
+    adding = asyncio.ensure_future(coord.add_partitions("tx", pid, epoch, [("data", 1)]))
+    await _settle()
+    try:
+        assert coord.txns["tx"].pending is not None
+        assert coord.verify_partition("tx", pid, epoch, "__consumer_offsets", 7) == E.NONE
+        assert coord.verify_partition("tx", pid, epoch, "data", 1) == E.INVALID_TXN_STATE  # not yet persisted
+    finally:
+        access.append_gate.set()
+        assert await adding == E.NONE
+    assert coord.verify_partition("tx", pid, epoch, "data", 1) == E.NONE
 
 
 # --- timeouts and expiration --------------------------------------------------------------------------------
