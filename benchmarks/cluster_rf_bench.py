@@ -1,0 +1,83 @@
+"""RF=3 against RF=1 on the same 3-broker cluster with librdkafka's C client (issue 31's first target).
+
+    .venv/bin/python benchmarks/cluster_rf_bench.py [--rounds 3] [--records 300000] [--out benchmarks/results]
+
+Starts etcd and 3 kbroker processes (cluster_bench.start_cluster), then in alternating rounds (the
+order flips every round, so load drift hits both alike) produces ``--records`` x 1 KiB with
+``rdkafka_performance`` (acks=all, 4 partitions; ``make bench`` builds it) into a fresh topic with
+RF=1 and into one with RF=3 (min.insync.replicas=2), and reads each back. Prints the medians and the
+paired ratio (RF=3 / RF=1) and writes ``cluster_rf_bench.md`` / ``.json``. Every load is bounded in
+records and time (lib_cclient's timeouts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(HERE), str(ROOT)]
+
+import lib_cclient  # noqa: E402
+from cluster_bench import start_cluster, topic_factory  # noqa: E402
+
+FIGURES = ("c_produce_mb_s", "c_consume_mb_s")
+
+
+def one_round(bootstrap: str, pids: list[int], rf: int, records: int) -> dict[str, float]:
+    lib_cclient.create_topic = topic_factory(rf, {"min.insync.replicas": "2"} if rf > 1 else {})
+    out = lib_cclient.produce_consume(bootstrap, None, records=records)
+    return {"c_produce_mb_s": out["c_produce"]["mb_per_s"], "c_consume_mb_s": out["c_consume"]["mb_per_s"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--records", type=int, default=300_000)
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = ap.parse_args()
+    if not lib_cclient.available():
+        print("rdkafka_performance is not built: run `make bench` once (benchmarks/build_rdkafka_perf.sh)")
+        return 2
+    rounds: list[dict[int, dict[str, float]]] = []
+    with tempfile.TemporaryDirectory(prefix="kbroker-rf-") as tmp:
+        setup = start_cluster(Path(tmp))
+        try:
+            for i in range(args.rounds):
+                order = (1, 3) if i % 2 == 0 else (3, 1)
+                r: dict[int, dict[str, float]] = {}
+                for rf in order:
+                    r[rf] = one_round(setup.bootstrap, setup.pids, rf, args.records)
+                    print(f"round {i + 1}: RF={rf} {json.dumps(r[rf])}", flush=True)
+                rounds.append(r)
+        finally:
+            setup.stop()
+    rows = []
+    for fig in FIGURES:
+        one = statistics.median(r[1][fig] for r in rounds)
+        three = statistics.median(r[3][fig] for r in rounds)
+        paired = statistics.median(r[3][fig] / r[1][fig] for r in rounds)
+        rows.append((fig, one, three, three / one, paired))
+        print(f"{fig:16s} RF=1 {one:8.1f}  RF=3 {three:8.1f}  ratio {three / one:.2f}  paired {paired:.2f}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "cluster_rf_bench.json").write_text(json.dumps({"records": args.records, "rounds": [
+        {str(k): v for k, v in r.items()} for r in rounds]}, indent=1))
+    lines = [
+        "# RF=3 against RF=1 on one 3-broker cluster (C client)", "",
+        f"`benchmarks/cluster_rf_bench.py`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+        f"{len(rounds)} alternating rounds, {args.records:,} x 1 KiB, acks=all, 4 partitions, librdkafka "
+        f"{lib_cclient.library_version() or '?'} (rdkafka_performance).", "",
+        "| figure (MB/s) | RF=1 | RF=3 | ratio of medians | paired ratio |", "|---|---|---|---|---|",
+        *(f"| {f} | {a:.1f} | {b:.1f} | {c:.2f} | {d:.2f} |" for f, a, b, c, d in rows), ""]
+    (args.out / "cluster_rf_bench.md").write_text("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
