@@ -29,17 +29,17 @@ timeout, so groups survive coordinator moves and restarts.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import operator
 import uuid
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol
 
 from coordinator import assignors, topic_regex
 from coordinator.group_metadata import ClassicGroup, GroupState
+from coordinator.keyed_locks import KeyedLocks
 from protocol.errors import ErrorCode
 
 log = logging.getLogger("coordinator.group")
@@ -207,6 +207,8 @@ class ConsumerProtocolMixin:
 
     def _cfg(self, name: str, default: Any) -> Any: ...
     def _coordinator_error(self, group_id: str) -> int: ...
+    def _typed_group(self, group_id: str, cls: type, kind: str, empty_message: str | None
+                     ) -> tuple[int, str | None, Any]: ...
     def _now(self) -> int: ...
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None: ...
 
@@ -228,25 +230,11 @@ class ConsumerProtocolMixin:
             names = [n.strip() for n in names.split(",") if n.strip()]
         self.consumer_assignors = [n.rsplit(".", 1)[-1].lower().removesuffix("assignor") or n for n in names] \
             or ["uniform", "range"]
-        self._cg_locks: dict[str, list[Any]] = {}  # group id -> [asyncio.Lock, users]
+        # One change of a group at a time: change in memory, write, answer (Kafka serializes a
+        # partition's writes in its coordinator runtime).
+        self._cg_locks = KeyedLocks()
 
     # --- serialized, persisted changes -----------------------------------------------------------
-
-    @contextlib.asynccontextmanager
-    async def _cg_locked(self, group_id: str) -> AsyncIterator[None]:
-        """One change of a group at a time: change in memory, write, answer (Kafka serializes a
-        partition's writes in its coordinator runtime)."""
-        entry = self._cg_locks.get(group_id)
-        if entry is None:
-            entry = self._cg_locks[group_id] = [asyncio.Lock(), 0]
-        entry[1] += 1
-        try:
-            async with entry[0]:
-                yield
-        finally:
-            entry[1] -= 1
-            if entry[1] == 0 and self._cg_locks.get(group_id) is entry:
-                del self._cg_locks[group_id]
 
     def _cg_snapshot(self, group_id: str) -> _Snapshot:
         group = self.groups.get(group_id)
@@ -298,7 +286,7 @@ class ConsumerProtocolMixin:
 
     async def _cg_fence_later(self, group: ConsumerGroup, member: ConsumerMember, why: str) -> None:
         """A timer fenced ``member``: remove it and write the change (a background task)."""
-        async with self._cg_locked(group.group_id):
+        async with self._cg_locks.hold(group.group_id):
             if self.groups.get(group.group_id) is not group or group.members.get(member.member_id) is not member:
                 return
             if why == "session" and member.session_timer is not None:
@@ -420,7 +408,7 @@ class ConsumerProtocolMixin:
                     return
                 version = self._topics_version
                 resolved = await topic_regex.resolve(regexes, list(view.names()))
-                async with self._cg_locked(group.group_id):
+                async with self._cg_locks.hold(group.group_id):
                     if self.groups.get(group.group_id) is not group:
                         return  # unloaded or deleted meanwhile
                     snap = self._cg_snapshot(group.group_id)
@@ -481,7 +469,7 @@ class ConsumerProtocolMixin:
 
     async def consumer_group_heartbeat(self, topics: TopicView, group_id: str, member_id: str, member_epoch: int,
                                        **kw: Any) -> HeartbeatResult:
-        async with self._cg_locked(group_id):
+        async with self._cg_locks.hold(group_id):
             snap = self._cg_snapshot(group_id)
             result = self._cg_heartbeat(topics, group_id, member_id, member_epoch, **kw)
             # The records of what changed are in the log before the member hears of it.
@@ -779,14 +767,4 @@ class ConsumerProtocolMixin:
     # --- describe --------------------------------------------------------------------------------
 
     def consumer_group_describe(self, group_id: str) -> tuple[int, str | None, ConsumerGroup | None]:
-        if not group_id:
-            return E.INVALID_GROUP_ID, "Group id can't be empty.", None
-        err = self._coordinator_error(group_id)
-        if err:
-            return err, None, None
-        group = self.groups.get(group_id)
-        if group is None:
-            return E.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
-        if not isinstance(group, ConsumerGroup):
-            return E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.", None
-        return E.NONE, None, group
+        return self._typed_group(group_id, ConsumerGroup, "consumer", "Group id can't be empty.")

@@ -250,6 +250,22 @@ class GroupCoordinator(ClassicProtocolMixin, ConsumerProtocolMixin, ShareProtoco
     def is_loaded(self, partition: int) -> bool:
         return partition in self._loaded
 
+    def _typed_group(self, group_id: str, cls: type, kind: str, empty_message: str | None
+                     ) -> tuple[int, str | None, Any]:
+        """The group ``group_id`` if this coordinator holds it and it is a ``cls`` (the describe
+        and admin APIs of one group type): (error, message, group)."""
+        if not group_id:
+            return E.INVALID_GROUP_ID, empty_message, None
+        err = self._coordinator_error(group_id)
+        if err:
+            return err, None, None
+        group = self.groups.get(group_id)
+        if group is None:
+            return E.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
+        if not isinstance(group, cls):
+            return E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a {kind} group.", None
+        return E.NONE, None, group
+
     def _coordinator_error(self, group_id: str) -> int:
         p = self.partition_for(group_id)
         if p in self._loaded:
@@ -726,7 +742,7 @@ class GroupCoordinator(ClassicProtocolMixin, ConsumerProtocolMixin, ShareProtoco
         for group_id in group_ids:
             # Serialized with the group's heartbeats: a member joining while the tombstones are
             # written would be lost with the group.
-            async with self._cg_locked(group_id):
+            async with self._cg_locks.hold(group_id):
                 out[group_id] = await self._delete_group(group_id)
         return out
 

@@ -38,13 +38,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
+from coordinator.keyed_locks import KeyedLocks
 from coordinator.partition_access import PartitionAccess, append_error_code, partition_for
 from coordinator.share_state import (
     DEFAULT_LEADER_EPOCH,
@@ -96,7 +96,7 @@ class ShareCoordinator:
         self.follows_leadership = False
         self._topic_ready = False
         self._ensure_lock: asyncio.Lock | None = None
-        self._locks: dict[Key, list[Any]] = {}
+        self._locks = KeyedLocks()  # one state change per share-partition key at a time
         self._prune_task: asyncio.Task[None] | None = None
         self._pruned: dict[int, int] = {}
 
@@ -240,20 +240,6 @@ class ShareCoordinator:
         err = self._coordinator_error(key)
         return (err, None) if err else (E.NONE, None)
 
-    @contextlib.asynccontextmanager
-    async def _locked(self, key: Key) -> AsyncIterator[None]:
-        entry = self._locks.get(key)
-        if entry is None:
-            entry = self._locks[key] = [asyncio.Lock(), 0]
-        entry[1] += 1
-        try:
-            async with entry[0]:
-                yield
-        finally:
-            entry[1] -= 1
-            if entry[1] == 0 and self._locks.get(key) is entry:
-                del self._locks[key]
-
     async def _append(self, key: Key, rtype: int, value: dict[str, Any] | None) -> int:
         group_id, tid, p = key
         record = (IR.share_state_key(rtype, group_id, tid, p),
@@ -281,7 +267,7 @@ class ShareCoordinator:
         err, msg = self._check_key(key)
         if err:
             return err, msg
-        async with self._locked(key):
+        async with self._locks.hold(key):
             st = self.states.get(key)
             if st is not None and state_epoch != -1 and st.state_epoch > state_epoch:
                 return E.FENCED_STATE_EPOCH, "The state epoch is older than the share-partition's."
@@ -300,7 +286,7 @@ class ShareCoordinator:
         err, msg = self._check_key(key)
         if err:
             return err, msg, 0, -1, []
-        async with self._locked(key):
+        async with self._locks.hold(key):
             st = self.states.get(key)
             if st is None:
                 return E.INVALID_REQUEST, "Read operation on uninitialized share partition not allowed.", 0, -1, []
@@ -320,7 +306,7 @@ class ShareCoordinator:
         err, msg = self._check_key(key)
         if err:
             return err, msg
-        async with self._locked(key):
+        async with self._locks.hold(key):
             st = self.states.get(key)
             if st is None:
                 return E.INVALID_REQUEST, "Write operation on uninitialized share partition not allowed."
@@ -354,7 +340,7 @@ class ShareCoordinator:
         err = self._coordinator_error(key)
         if err:
             return err, None
-        async with self._locked(key):
+        async with self._locks.hold(key):
             if key not in self.states:
                 return E.NONE, None
             return await self._write(key, IR.SHARE_SNAPSHOT, None), None
@@ -376,7 +362,7 @@ class ShareCoordinator:
     async def delete_topic_states(self, topic_ids: set[uuid.UUID]) -> None:
         """Tombstone the states of deleted topics (Kafka's maybeCleanupShareState)."""
         for key in [k for k in self.states if k[1] in topic_ids and not self._coordinator_error(k)]:
-            async with self._locked(key):
+            async with self._locks.hold(key):
                 if key in self.states:
                     await self._write(key, IR.SHARE_SNAPSHOT, None)
 

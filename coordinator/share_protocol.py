@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from coordinator import share_records as SR
+from coordinator.keyed_locks import KeyedLocks
 from coordinator.partition_access import append_error_code
 from coordinator.share_group import (
     ASSIGNOR_NAME,
@@ -94,9 +95,11 @@ class ShareProtocolMixin:
 
     def _cfg(self, name: str, default: Any) -> Any: ...
     def _coordinator_error(self, group_id: str) -> int: ...
+    def _typed_group(self, group_id: str, cls: type, kind: str, empty_message: str | None
+                     ) -> tuple[int, str | None, Any]: ...
     def _now(self) -> int: ...
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None: ...
-    def _cg_locked(self, group_id: str) -> Any: ...
+    _cg_locks: KeyedLocks  # (ConsumerProtocolMixin) one change of a group at a time
     def _cg_bounded(self, name: str, lo: int, hi: int) -> int: ...
     def partition_for(self, group_id: str) -> int: ...
 
@@ -231,7 +234,7 @@ class ShareProtocolMixin:
             return fail(err)
         self._topic_view_sg = topics
         init: dict[uuid.UUID, InitTopic] = {}
-        async with self._cg_locked(group_id):
+        async with self._cg_locks.hold(group_id):
             before = self.groups.get(group_id)
             if before is not None and not isinstance(before, ShareGroup):
                 return fail(E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.")
@@ -402,7 +405,7 @@ class ShareProtocolMixin:
         except Exception as e:
             log.warning("share group %s: initializing share-partitions failed: %r", group_id, e)
             results = {(tid, p): (int(E.COORDINATOR_NOT_AVAILABLE), str(e)) for tid, ps in offsets.items() for p in ps}
-        async with self._cg_locked(group_id):
+        async with self._cg_locks.hold(group_id):
             before = self.groups.get(group_id)
             if not isinstance(before, ShareGroup):
                 return results
@@ -444,7 +447,7 @@ class ShareProtocolMixin:
         holder.append(member.session_timer)
 
     async def _sg_fence_later(self, group_id: str, member_id: str, timer: Any) -> None:
-        async with self._cg_locked(group_id):
+        async with self._cg_locks.hold(group_id):
             before = self.groups.get(group_id)
             if not isinstance(before, ShareGroup):
                 return
@@ -462,34 +465,14 @@ class ShareProtocolMixin:
     # --- describe and admin ------------------------------------------------------------------------
 
     def share_group_describe(self, group_id: str) -> tuple[int, str | None, ShareGroup | None]:
-        if not group_id:
-            return E.INVALID_GROUP_ID, "Group id can't be empty.", None
-        err = self._coordinator_error(group_id)
-        if err:
-            return err, None, None
-        group = self.groups.get(group_id)
-        if group is None:
-            return E.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
-        if not isinstance(group, ShareGroup):
-            return E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.", None
-        return E.NONE, None, group
+        return self._typed_group(group_id, ShareGroup, "share", "Group id can't be empty.")
 
     @property
     def share_assignor_name(self) -> str:
         return ASSIGNOR_NAME
 
     def _sg_admin_target(self, group_id: str) -> tuple[int, str | None, ShareGroup | None]:
-        if not group_id:
-            return E.INVALID_GROUP_ID, None, None
-        err = self._coordinator_error(group_id)
-        if err:
-            return err, None, None
-        group = self.groups.get(group_id)
-        if group is None:
-            return E.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
-        if not isinstance(group, ShareGroup):
-            return E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.", None
-        return E.NONE, None, group
+        return self._typed_group(group_id, ShareGroup, "share", None)
 
     async def describe_share_group_offsets(self, topics: Any, group_id: str, wanted: dict[str, list[int]] | None
                                            ) -> tuple[int, str | None, list[tuple[str, uuid.UUID | None, list[tuple[int, int, int, int, str | None]]]]]:
@@ -540,7 +523,7 @@ class ShareProtocolMixin:
         results: list[TopicResult] = []
         init: dict[uuid.UUID, InitTopic] = {}
         starts: dict[uuid.UUID, dict[int, int]] = {}
-        async with self._cg_locked(group_id):
+        async with self._cg_locks.hold(group_id):
             before = self.groups.get(group_id)
             if not isinstance(before, ShareGroup):
                 return E.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", []
@@ -590,7 +573,7 @@ class ShareProtocolMixin:
             return err, msg, []
         results: list[TopicResult] = []
         to_delete: dict[uuid.UUID, list[int]] = {}
-        async with self._cg_locked(group_id):
+        async with self._cg_locks.hold(group_id):
             before = self.groups.get(group_id)
             if not isinstance(before, ShareGroup):
                 return E.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", []
@@ -628,7 +611,7 @@ class ShareProtocolMixin:
                 results.append(TopicResult(name, tid))
             else:
                 results.append(TopicResult(name, tid, bad[0], bad[1]))
-        async with self._cg_locked(group_id):
+        async with self._cg_locks.hold(group_id):
             before = self.groups.get(group_id)
             if isinstance(before, ShareGroup) and any(tid in before.deleting for tid in done):
                 after = self._sg_clone(before)
