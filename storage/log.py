@@ -731,15 +731,18 @@ class Log:
         return self._flushing is not None
 
     @dir_failure.reports_failure
-    def flush(self, up_to: int | None = None) -> None:
+    def flush(self, up_to: int | None = None, *, sync: bool = True) -> None:
         """fsync segments holding offsets below ``up_to`` (default: all) and advance the recovery
         point: plan, sync and complete in the calling thread. Blocking; for close, shutdown and
-        tests, where no event loop is using the log (the broker flushes through its executor)."""
+        tests, where no event loop is using the log (the broker flushes through its executor).
+        ``sync=False``: the caller makes the whole filesystem durable afterwards (one syncfs at
+        shutdown) and writes nothing that trusts the new recovery point before it has."""
         plan = self.plan_flush(up_to)
         if plan is None:
             return
         try:
-            plan.sync()
+            if sync:
+                plan.sync()
         except BaseException:
             self.flush_failed(plan)
             raise
@@ -1025,8 +1028,9 @@ class Log:
         for seg in self.segments:
             seg.index_interval_bytes = config.index_interval_bytes
 
-    def close(self) -> None:
-        """Write out indexes, close files, snapshot producer state at the log end offset."""
+    def close(self, *, sync: bool = True) -> None:
+        """Write out indexes, close files, snapshot producer state at the log end offset.
+        ``sync=False``: as for `flush`, the caller syncs the filesystem afterwards."""
         if self.closed:
             return
         self.closed = True
@@ -1037,17 +1041,18 @@ class Log:
         self._pending_deletes = []
         if self._epochs_unwritten:
             self._write_epochs(sync=False)  # fsynced just below
-        for _, path in self._unsynced_files:
-            fsync_file(path)
-        if self._unsynced_files:
-            fsync_dir(self.dir)
+        if sync:
+            for _, path in self._unsynced_files:
+                fsync_file(path)
+            if self._unsynced_files:
+                fsync_dir(self.dir)
         self._unsynced_files = []
         ps = self.producer_state
         # Nothing to keep for an empty log (a snapshot at its start is dropped at load), nor when
         # the newest snapshot is already at the log end (nothing was appended since).
         if ps is not None and self.log_end_offset > self.log_start_offset \
                 and ps.last_snapshot_offset != self.log_end_offset:
-            ps.take_snapshot(self.log_end_offset)  # synced, dir included
+            ps.take_snapshot(self.log_end_offset, sync=sync)  # synced (dir included) unless deferred
 
     def delete(self) -> None:
         """Remove the partition: rename the dir ``<topic>-<p>.<uuid>-delete``, then delete it."""

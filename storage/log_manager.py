@@ -22,6 +22,7 @@ from storage.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     CheckpointError,
+    FilesystemSync,
     OffsetCheckpointFile,
     delete_clean_shutdown,
     has_clean_shutdown,
@@ -36,8 +37,11 @@ log = logging.getLogger("storage.log")
 _SKIP_DIR_SUFFIXES = (DELETE_DIR_SUFFIX, "-future", "-stray")
 
 
-# Threads that flush and close logs at shutdown.
+# Threads that flush and close logs at shutdown (without syncfs).
 _SHUTDOWN_WORKERS = 8
+# From this many logs a shutdown syncs each log dir's filesystem once instead of every file: below
+# it, the few fsyncs cost less than writing back whatever else is dirty on that filesystem.
+_SYNCFS_MIN_LOGS = 64
 
 
 def _flush_and_close(lg: Log) -> None:
@@ -140,11 +144,15 @@ class LogManager:
             delete_clean_shutdown(log_dir)
 
     def shutdown(self, broker_epoch: int = -1) -> None:
-        # Each log's flush and close are a few fsyncs of its own files; thousands of partitions
-        # would take seconds one after the other, so they run side by side (fsync releases the
-        # GIL). The checkpoints and the clean-shutdown marker still come after all of them.
         logs = list(self._logs.values())
-        if len(logs) > 1:
+        syncs = self._filesystem_syncs() if len(logs) >= _SYNCFS_MIN_LOGS else None
+        if syncs is not None:
+            if not self._close_with_syncfs(logs, syncs):
+                return  # no clean-shutdown marker: the next start recovers from the last checkpoints
+        elif len(logs) > 1:
+            # Each log's flush and close are a few fsyncs of its own files; thousands of partitions
+            # would take seconds one after the other, so they run side by side (fsync releases the
+            # GIL). The checkpoints and the clean-shutdown marker still come after all of them.
             with ThreadPoolExecutor(max_workers=min(_SHUTDOWN_WORKERS, len(logs)),
                                     thread_name_prefix="log-shutdown") as pool:
                 list(pool.map(_flush_and_close, logs))
@@ -155,6 +163,45 @@ class LogManager:
         self.checkpoint()
         for log_dir in self.log_dirs:
             write_clean_shutdown(log_dir, broker_epoch)
+
+    def _filesystem_syncs(self) -> list[FilesystemSync] | None:
+        """One FilesystemSync per log dir, opened before the shutdown's writes (see
+        FilesystemSync); None where syncfs does not report errors or a dir cannot be opened."""
+        if not FilesystemSync.available():
+            return None
+        syncs: list[FilesystemSync] = []
+        try:
+            for d in self.log_dirs:
+                syncs.append(FilesystemSync(d))
+        except OSError as e:
+            log.warning("Shutdown: cannot open %s for syncfs (%s); fsyncing each log instead", d, e)
+            for fs in syncs:
+                fs.close()
+            return None
+        return syncs
+
+    def _close_with_syncfs(self, logs: list[Log], syncs: list[FilesystemSync]) -> bool:
+        """Flush and close every log without its per-file fsyncs (four or five per partition: a
+        new partition's segment, three index files and its directory), then make all of it durable
+        with one syncfs per log dir. Kafka fsyncs each log; at 10,000 partitions that is ~50,000
+        fsyncs and most of a clean stop, where one syncfs writes the same pages and metadata in one
+        journal commit. The result is at least as durable (the whole filesystem, the indexes
+        written by close included). False when a syncfs failed: the recovery points just advanced
+        in memory are then not written, nor the clean-shutdown marker."""
+        try:
+            for lg in logs:
+                lg.flush(sync=False)
+                lg.close(sync=False)
+            for fs in syncs:
+                try:
+                    fs.sync()
+                except OSError as e:
+                    log.error("Shutdown: %s; not marking %s as cleanly shut down", e, fs.path)
+                    return False
+            return True
+        finally:
+            for fs in syncs:
+                fs.close()
 
     # --- lookup / creation ------------------------------------------------------------------
 
