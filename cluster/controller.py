@@ -37,7 +37,7 @@ from collections.abc import Mapping
 
 from .controller_election import ControllerElection
 from .etcd_session import TRANSIENT_ERRORS
-from .etcd_store import EtcdMetadataStore
+from .etcd_store import TXN_OPS, EtcdMetadataStore
 from .leader_election import rebalance
 from .partition_state import PartitionStateStore
 from .records import BrokerRegistration, PartitionState
@@ -46,6 +46,9 @@ log = logging.getLogger("cluster.controller")
 UNCLEAN = "unclean.leader.election.enable"
 # Partition-state writes of one pass in flight at once (etcd serves them side by side).
 WRITE_CONCURRENCY = 64
+# Partition-state swaps per etcd transaction (etcd's --max-txn-ops, 128 by default, bounds the
+# compares and the puts of one transaction).
+WRITE_BATCH = TXN_OPS // 2
 
 
 def leader_candidates(brokers: Mapping[int, BrokerRegistration]) -> set[int]:
@@ -162,10 +165,13 @@ class Controller:
         return changed
 
     async def _write_all(self, changes: list[tuple[str, int, int, PartitionState]]) -> list[bool]:
-        """The compare-and-swaps of one pass, WRITE_CONCURRENCY at a time: each is independent (its
-        own partition epoch), and a broker that led thousands of partitions must lose them all
-        within the session timeout, not one etcd round trip after another. Stops writing (the rest
-        count as not written) as soon as this broker is no longer the controller."""
+        """The compare-and-swaps of one pass. A broker that led thousands of partitions must lose
+        them all within the session timeout, not one etcd round trip after another: the swaps go
+        WRITE_BATCH to an etcd transaction, against the mod revisions of the states the decision
+        was made on (the watch cache), WRITE_CONCURRENCY transactions at a time. A batch in
+        which any state moved on meanwhile is swapped one by one with fresh reads instead, so
+        each partition is decided on its own as before. Stops writing (the rest count as not
+        written) as soon as this broker is no longer the controller."""
         sem = asyncio.Semaphore(WRITE_CONCURRENCY)
 
         async def one(topic: str, p: int, epoch: int, new: PartitionState) -> bool:
@@ -174,11 +180,29 @@ class Controller:
                     return False
                 return await self.states.update(topic, p, epoch, new)
 
-        results = await asyncio.gather(*(one(*c) for c in changes), return_exceptions=True)
-        for r in results:
+        async def batch(chunk: list[tuple[str, int, int, PartitionState]]) -> list[bool]:
+            revisions = [self.store.partition_state_revision(t, p) for t, p, _, _ in chunk]
+            if len(chunk) > 1 and None not in revisions:
+                async with sem:
+                    if not self.election.is_controller():
+                        return [False] * len(chunk)
+                    if await self.states.update_batch([(t, p, epoch, rev, new) for (t, p, epoch, new), rev
+                                                       in zip(chunk, revisions, strict=True)]):
+                        return [True] * len(chunk)
+            results = await asyncio.gather(*(one(*c) for c in chunk), return_exceptions=True)
+            for r in results:
+                if isinstance(r, BaseException):
+                    raise r
+            return [bool(r) for r in results]
+
+        chunks = [changes[i:i + WRITE_BATCH] for i in range(0, len(changes), WRITE_BATCH)]
+        done = await asyncio.gather(*(batch(c) for c in chunks), return_exceptions=True)
+        out: list[bool] = []
+        for r in done:
             if isinstance(r, BaseException):
                 raise r  # etcd unavailable: the next pass decides again from the new state
-        return [bool(r) for r in results]
+            out.extend(r)
+        return out
 
     # --- reassignments ----------------------------------------------------------------------
     async def complete_reassignments(self) -> int:

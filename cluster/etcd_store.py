@@ -332,6 +332,10 @@ class EtcdMetadataStore(MetadataStore):
     def partition_state(self, topic: str, partition: int) -> PartitionState | None:
         return self._states.get((topic, partition))
 
+    def partition_state_revision(self, topic: str, partition: int) -> int | None:
+        """The etcd mod revision of the cached state (the watch's view), or None."""
+        return self._state_rev.get((topic, partition))
+
     def brokers(self) -> list[BrokerInfo]:
         out = []
         for node, reg in sorted(self._brokers.items()):

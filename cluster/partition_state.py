@@ -7,7 +7,8 @@ revision with the one read alongside the expected epoch, so of two writers that 
 exactly one wins. A writer that loses gets False and must re-read and re-decide: an ISR change that
 lost its compare-and-swap is dropped, never retried blindly (design.md section 6). A writer may also
 pass its broker epoch, so a broker whose registration was replaced (Kafka's STALE_BROKER_EPOCH) can
-never win.
+never win. ``update_batch`` is the controller's form: many swaps in one etcd transaction, against the
+mod revisions its watch cache read along with each expected state, all or none.
 """
 
 from __future__ import annotations
@@ -60,4 +61,22 @@ class PartitionStateStore:
             compare.append(tx.create(self.keys.broker(writer[0])) == writer[1])
         written = replace(new_state, partition_epoch=expected_epoch + 1)
         ok, _ = await client.transaction(compare=compare, success=[tx.put(key, written.to_json())], failure=[])
+        return ok
+
+    async def update_batch(self, changes: list[tuple[str, int, int, int, PartitionState]]) -> bool:
+        """Many compare-and-swaps in one etcd transaction, all or none: for each
+        (topic, partition, expected epoch, mod revision, new state) the key must still be at that
+        mod revision (the state read with the expected epoch, e.g. from a watch cache, without a
+        read here), and gets ``new_state`` with epoch + 1. False when any of them moved on: the
+        caller then swaps them one by one (`update`), each with a fresh read. At most
+        etcd_store.TXN_OPS // 2 changes (etcd's --max-txn-ops bounds compares and puts)."""
+        client = self.session.client
+        tx = client.transactions
+        compare = []
+        success = []
+        for topic, p, expected_epoch, mod_revision, new_state in changes:
+            key = self.keys.partition(topic, p)
+            compare.append(tx.mod(key) == mod_revision)
+            success.append(tx.put(key, replace(new_state, partition_epoch=expected_epoch + 1).to_json()))
+        ok, _ = await client.transaction(compare=compare, success=success, failure=[])
         return ok

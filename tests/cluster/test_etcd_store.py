@@ -198,3 +198,36 @@ async def test_controller_follows_dynamic_unclean_leader_election(stores) -> Non
     finally:
         await controller.stop()
         await election.stop()
+
+
+async def test_controller_moves_many_leaderships_in_batches_and_redecides_a_stale_one(stores) -> None:
+    """A broker leading many partitions disappears: the controller swaps their states in batched
+    etcd transactions (issue 31: thousands of leaderships within the session timeout). A batch
+    holding a state that moved on after the controller's cache read it is swapped one partition at
+    a time with fresh reads, so the moved partition is decided from its new state."""
+    a, _ = await stores(1)
+    b, _ = await stores(2)
+    await wait_until(lambda: len(a.brokers()) == 2, "both registered")
+    n = 150  # three batches
+    await a.create_topic("many", n, {}, assignment={p: [1, 2] for p in range(n)})
+    states = PartitionStateStore(a.session, a.keys)
+    for p in range(n):
+        s = await states.get("many", p)
+        assert await states.update("many", p, s.partition_epoch, PartitionState(1, 0, (1, 2), 0))
+    c, _ = await stores(3)
+    await wait_until(lambda: all(c.isr("many", p) == [1, 2] for p in range(n)), "node 3 sees the ISRs")
+    election = ControllerElection(c.session, c.keys, 3)
+    controller = Controller(c, election, PartitionStateStore(c.session, c.keys), interval_s=3600)
+    election.start()
+    try:
+        await wait_until(election.is_controller, "node 3 controller")
+        await a.session.close()  # node 1's registration disappears
+        await wait_until(lambda: 1 not in c.live_brokers(), "node 1 gone")
+        # Partition 7's state moves on behind the cache's back: its cached revision goes stale.
+        c._state_rev[("many", 7)] -= 1
+        assert await controller.reconcile() == n
+        await wait_until(lambda: all(c.leader("many", p) == 2 for p in range(n)), "all led by node 2")
+        assert all(c.leader_epoch("many", p) == 1 and c.isr("many", p) == [2] for p in range(n))
+        assert await controller.reconcile() == 0  # nothing left to decide
+    finally:
+        await election.stop()

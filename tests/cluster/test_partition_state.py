@@ -43,3 +43,22 @@ async def test_a_stale_broker_epoch_cannot_write(sessions, keys):
     await member.deregister()
     assert not await store.update("t", 0, 1, PartitionState(1, 0, (1, 2), 0), writer=(1, reg.epoch))
     assert (await store.get("t", 0)).partition_epoch == 1
+
+
+async def test_a_batch_of_swaps_is_written_all_or_none(sessions, keys):
+    store = PartitionStateStore(await sessions(), keys)
+    for p in range(5):
+        assert await store.create("t", p, PartitionState(1, 0, (1, 2, 3), 0))
+    revs = {p: (await store.session.client.get(keys.partition("t", p))).mod_revision for p in range(5)}
+    moved = PartitionState(2, 1, (2, 3), -1)
+    assert await store.update_batch([("t", p, 0, revs[p], moved) for p in range(3)])
+    for p in range(3):
+        after = await store.get("t", p)
+        assert (after.leader, after.leader_epoch, after.partition_epoch) == (2, 1, 1)
+    # Partition 3 moved on after its revision was read: the batch of 3 and 4 writes nothing.
+    assert await store.update("t", 3, 0, PartitionState(1, 0, (1, 2), 0))
+    assert not await store.update_batch([("t", p, 0, revs[p], moved) for p in (3, 4)])
+    assert (await store.get("t", 4)).partition_epoch == 0
+    assert (await store.get("t", 3)).isr == (1, 2)
+    # Stale revisions of partitions already written cannot be swapped again.
+    assert not await store.update_batch([("t", 0, 0, revs[0], moved)])
