@@ -120,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kbroker: {bad_dir}", file=sys.stderr)
         return 2
     setup_logging(args.log_level or str(config.get("kbroker.log.level")))
+    if config.get("kbroker.malloc.tuning"):
+        from broker.malloc_tuning import tune_malloc
+
+        tune_malloc()
     try:
         import uvloop
 

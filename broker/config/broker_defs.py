@@ -340,6 +340,11 @@ _BROKER_DEFS: list[ConfigDef] = [
        "kbroker extension: how long a stop (SIGTERM/SIGINT) may take. Past it the process logs an error and "
        "exits with code 1 without a clean-shutdown marker (the next start recovers the logs).",
        at_least(1)),
+    _b("kbroker.malloc.tuning", "boolean", True,
+       "kbroker extension: at start, set glibc malloc's mmap and trim thresholds (32 MiB, 128 MiB) so that "
+       "request and response buffers of up to 32 MiB are reused from the heap instead of being mapped and "
+       "faulted in anew for each request (broker/malloc_tuning.py). Costs up to 128 MiB of freed memory kept "
+       "mapped by a busy broker."),
     _b("kbroker.prometheus.listener", "string", None,
        "kbroker extension: where to serve Prometheus metrics, as http://HOST:PORT (e.g. http://127.0.0.1:9404; "
        "GET /metrics). Unset: no metrics endpoint. Names follow Strimzi's JMX-exporter rules (docs/operations.md)."),
