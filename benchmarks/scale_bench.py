@@ -33,7 +33,9 @@ For each size, on a fresh broker (or cluster: etcd + 3 kbroker processes, RF=3, 
 - single broker: a clean stop (SIGTERM to exit), a restart to serving (ApiVersions answered and
   Metadata listing every partition), kill -9 and the restart after it;
 - cluster: kill -9 of the broker leading the most partitions and the time until every one of them
-  has another leader (Metadata polled), and etcd keys per partition.
+  has another leader (Metadata polled), and etcd keys per partition; etcd's traffic to the brokers
+  (its etcd_network_client_grpc_sent_bytes_total counter, mostly watch events) per partition created
+  and per second while everything is idle.
 Every figure at every size goes to ``scale_bench.md`` (a table per mode: one row per figure, one
 column per size) / ``.json`` and a chart ``scale.png`` (the cost and speed figures in ``CHART``
 against the partition count, one panel each; counts and error counts are in the table only); every loop is bounded in count and time. The process raises its open-files
@@ -459,11 +461,17 @@ def cluster(size: int, per_topic: int, tmp: Path) -> dict[str, Any]:
         admin = AdminClient({"bootstrap.servers": bs})
         admin.create_topics([NewTopic("p300", 300, 3, config={"min.insync.replicas": "2"})])["p300"].result(120)
         out["produce_300_before_mb_s"] = produce(bs, "p300", 300)
+        sent0 = etcd_sent_bytes(etcd)
         out["create_s"] = create(bs, size, per_topic, 3)
+        # What etcd sent the three brokers (mostly watch events) while the partitions were created.
+        out["etcd_sent_kb_per_partition_created"] = (etcd_sent_bytes(etcd) - sent0) / 1024 / size
         out["metadata_ms"], _ = metadata_ms(bs)
         pids = [b.proc.pid for b in c.brokers.values()]  # type: ignore[union-attr]
+        sent0, t0 = etcd_sent_bytes(etcd), time.perf_counter()
         cpu = idle_cpu(pids)
         out["idle_cpu_pct_per_broker"] = cpu
+        # Idle: lease keep-alives and nothing per partition, if the watch carries no per-partition traffic.
+        out["etcd_sent_kb_s_idle"] = (etcd_sent_bytes(etcd) - sent0) / 1024 / (time.perf_counter() - t0)
         out["rss_mb_per_broker"] = [rss_mb(p) for p in pids]
         out["open_files_per_broker"] = [open_files(p) for p in pids]
         out["produce_300_after_mb_s"] = produce(bs, "p300", 300)
@@ -512,6 +520,17 @@ def etcd_keys(etcd: EtcdProcess) -> int:
         return int(json.loads(r.read()).get("count", 0))
 
 
+def etcd_sent_bytes(etcd: EtcdProcess) -> float:
+    """Bytes etcd has sent to its gRPC clients (watch events, reads, lease keep-alives): the sum of
+    its own ``etcd_network_client_grpc_sent_bytes_total`` counter, from its /metrics endpoint."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{etcd.endpoints.split(',')[0]}/metrics", timeout=10) as r:  # noqa: S310
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("etcd_network_client_grpc_sent_bytes_total"))
+
+
 # Row labels of the report's tables (units included); a figure without one is shown by its key.
 LABELS = {
     "partitions": "partitions held (+1,004 of p1000/p4 on one broker)",
@@ -523,6 +542,8 @@ LABELS = {
     "produce_1000_mb_s": "produce over 1,000 partitions, MB/s", "produce_4_mb_s": "produce over 4 partitions, MB/s",
     "produce_300_before_mb_s": "produce to p300 before, MB/s", "produce_300_after_mb_s": "produce to p300 after, MB/s",
     "produce_300_ratio": "produce to p300 after / before", "etcd_keys": "etcd keys",
+    "etcd_sent_kb_per_partition_created": "etcd to brokers while creating, KB per partition",
+    "etcd_sent_kb_s_idle": "etcd to brokers while idle, KB/s",
     "failover_leaderships": "leaderships of the killed broker", "failover_s": "all re-elected after kill -9, s",
     "connections": "client connections opened",
     "conn_open_s": "connections: all opened and answered, s", "conn_rss_before_mb": "connections: RSS before, MB",
@@ -580,7 +601,7 @@ def write_report(results: dict[str, list[dict[str, Any]]], out: Path) -> None:
 # (counts, error counts and before-values stay in the table only).
 CHART = ("create_s", "metadata_ms", "idle_cpu_pct", "idle_cpu_pct_per_broker", "rss_kb_per_partition",
          "rss_mb_per_broker", "open_files_per_partition", "open_files_per_broker", "produce_1000_mb_s",
-         "produce_4_mb_s", "produce_300_ratio", "etcd_keys", "failover_s", "clean_stop_s", "restart_clean_s",
+         "produce_4_mb_s", "produce_300_ratio", "etcd_keys", "etcd_sent_kb_per_partition_created", "failover_s", "clean_stop_s", "restart_clean_s",
          "restart_after_kill_s", "conn_open_s", "conn_kb_per_connection", "conn_idle_cpu_pct", "conn_metadata_ms",
          "groups_join_s", "groups_heartbeat_cpu_pct", "groups_kb_per_group", "groups_offset_fetch_ms",
          "groups_list_ms")
