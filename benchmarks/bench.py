@@ -4,10 +4,11 @@
                                          [--brokers kbroker,tansu,null] [--out benchmarks/results]
 
 Each round starts a fresh kbroker (subprocess, data in a temp dir), a fresh Tansu (memory://
-storage) and a fresh null broker (null_broker.py: answers with pre-built responses, stores nothing;
-the ceiling of what the client and the machine can do), then runs every workload against each broker
-back to back, alternating the order from round to round, so slow drifts on a shared machine hit all
-alike. The null broker runs only the workloads it can serve (produce, consume, cclient). Reported
+storage) and a fresh null broker (null_txn_broker.py: null_broker.py's answers with pre-built
+responses, storing nothing, plus groups and transactions kept in memory; the ceiling of what the
+client and the machine can do), then runs every workload against each broker back to back,
+alternating the order from round to round, so slow drifts on a shared machine hit all alike. The
+null broker runs every workload but latency (produce, consume, txn, ctp, cclient). Reported
 figures are medians over rounds. Prints a table and writes README.md, latest.json and PNG charts to
 the output directory (with --quick: benchmarks/results/quick/, gitignored, so a smoke run never
 overwrites the committed report). The confluent-kafka workloads are in lib_workloads.py, the C client
@@ -44,8 +45,10 @@ from tansu import TansuProcess  # noqa: E402
 from tests.helpers.broker_proc import BrokerProcess  # noqa: E402
 
 WORKLOADS = ("produce", "consume", "latency", "txn", "ctp", "cclient")
-# The null broker keeps no records and has no groups or transactions: only these make sense on it.
-NULL_WORKLOADS = ("produce", "consume", "cclient")
+# The null broker keeps no records, so an end-to-end latency means nothing on it; the rest it serves
+# (null_txn_broker.py adds the group and transaction APIs that txn and ctp need).
+NULL_WORKLOADS = ("produce", "consume", "txn", "ctp", "cclient")
+NULL_SCRIPT = HERE / "null_txn_broker.py"
 
 
 class Broker:
@@ -87,7 +90,7 @@ def start_tansu() -> Broker:
 
 
 def start_null(size: int) -> Broker:
-    n = NullBrokerProcess(value_size=size)
+    n = NullBrokerProcess(value_size=size, script=NULL_SCRIPT)
     n.start()
     return Broker("null", n.bootstrap, n.pid, n.stop, n.log_tail)
 
@@ -204,7 +207,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--only", default=",".join(WORKLOADS), help=f"comma-separated subset of {WORKLOADS}")
     ap.add_argument("--brokers", default="kbroker,tansu,null",
-                    help="comma-separated subset of kbroker,tansu,null (null = the ceiling, null_broker.py)")
+                    help="comma-separated subset of kbroker,tansu,null (null = the ceiling, null_txn_broker.py)")
     ap.add_argument("--size", type=int, default=1024, help="record value bytes")
     ap.add_argument("--records", type=int, default=300_000, help="records per produce variant")
     ap.add_argument("--latency-rate", type=int, default=5_000)

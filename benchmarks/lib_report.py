@@ -250,7 +250,7 @@ def charts(results: dict[str, Any], out: Path) -> list[str]:
     written = []
 
     def series(pairs: list[tuple[str, str]]) -> tuple[dict[str, list[float | None]], dict[str, list[list[float]]]]:
-        # Brokers without any figure in this chart (the null broker on latency/transactions) are left out.
+        # Brokers without any figure in this chart (the null broker on latency) are left out.
         shown = [b for b in BROKERS if any(values(results, b, w, f) for w, f in pairs)] or ["kbroker", "tansu"]
         meds = {b: [median(values(results, b, w, f)) for w, f in pairs] for b in shown}
         pts = {b: [values(results, b, w, f) for w, f in pairs] for b in shown}
@@ -349,11 +349,11 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]], images: list[s
         "(the order alternates between rounds). Figures are medians over rounds; `k/t` = kbroker ÷ Tansu; "
         "`k/t paired` = median over rounds of that round's kbroker ÷ Tansu (the pair ran back to back, so "
         "machine-load drifts cancel); `ok` = kbroker's median at least as good (≥ for throughput, ≤ for "
-        "latency). MB = 10^6 bytes of record values. `null` = the null broker (`benchmarks/null_broker.py`): "
-        "a Python asyncio server that answers with pre-built responses and stores nothing, i.e. the ceiling "
-        "of the client and the machine; `k/null` = median over rounds of that round's kbroker ÷ null "
-        "(1.0 = kbroker is as fast as a broker that does nothing); `–` where the null broker cannot run the "
-        "workload (latency, transactions).",
+        "latency). MB = 10^6 bytes of record values. `null` = the null broker (`benchmarks/null_broker.py`, with "
+        "groups and transactions kept in memory by `benchmarks/null_txn_broker.py`): a Python asyncio server "
+        "that answers with pre-built responses and stores no records, i.e. the ceiling of the client and the "
+        "machine; `k/null` = median over rounds of that round's kbroker ÷ null (1.0 = kbroker is as fast as a "
+        "broker that does nothing); `–` where the null broker cannot run the workload (latency).",
         f"Total run time {meta.get('elapsed_s', 0) / 60:.1f} min{priority}.",
         "",
     ]

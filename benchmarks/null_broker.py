@@ -9,10 +9,14 @@ run the produce and consume workloads, with as little work per request as a Pyth
 - Produce (v3-8): records are not decoded, validated or kept. Only the batch headers are read, to
   count records and advance the partition's end offset; the response is packed by hand. acks=0 gets
   no response, as in Kafka;
-- Fetch (v4-12, no fetch sessions): real v2 record batches (``--value-size`` byte values, no key,
-  built and CRC'd once at start-up, at most 1,024 records each), with only the base offset patched,
-  so that any offset below the end offset produced so far can be served. A fetch at the end waits
-  (up to max_wait_ms) for the next produce.
+- Fetch (v4-12, no fetch sessions): real v2 record batches (no key; values of the size of the first
+  record produced to the topic, else ``--value-size`` bytes; built and CRC'd once per size, at most
+  1,024 records each), with only the base offset patched, so that any offset below the end offset
+  produced so far can be served. A fetch at the end waits (up to max_wait_ms) for the next produce.
+
+Requests are dispatched through ``versions`` and ``handlers`` (api key -> versions served, -> a
+function of the decoded request): ``null_txn_broker.py`` extends both with the group and
+transaction APIs for the transactional workloads.
 
 What it measures: the client plus the machine plus the cost of moving the bytes through one asyncio
 event loop (uvloop when installed, as kbroker uses), i.e. what any Python broker on this machine
@@ -33,6 +37,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +66,7 @@ class Topic:
         self.name = name
         self.id = uuid.uuid4()
         self.end = [0] * partitions  # per-partition end offset (= records produced so far)
+        self.value_size: int | None = None  # of the first record produced: what Fetch serves
 
 
 class NullBroker:
@@ -70,11 +76,16 @@ class NullBroker:
         self.host, self.port = host, port
         self.topics: dict[str, Topic] = {}
         self.next_pid = 1000
-        self.value = os.urandom(value_size)
-        self.record_bytes = value_size + 12  # what one record costs in a batch, roughly
-        self._batches: dict[int, bytes] = {}
-        self.batch(BATCH_RECORDS)  # the common size, built before the first client arrives
+        self.value_size = value_size
+        self._values: dict[int, bytes] = {}
+        self._batches: dict[tuple[int, int], bytes] = {}
+        self.batch(BATCH_RECORDS, value_size)  # the common size, built before the first client arrives
         self._appended = asyncio.Event()
+        self.versions: dict[int, tuple[int, int]] = dict(VERSIONS)
+        # api key -> answer of a decoded request (Produce and Fetch have their own fast paths)
+        self.handlers: dict[int, Callable[[Any, int], Any]] = {
+            18: lambda req, v: self.api_versions(v), 3: self.metadata, 19: self.create_topics,
+            2: self.list_offsets, 10: self.find_coordinator, 22: self.init_producer_id}
 
     # -- state ----------------------------------------------------------------------------------
     def topic(self, name: str, partitions: int = DEFAULT_PARTITIONS) -> Topic:
@@ -83,11 +94,14 @@ class NullBroker:
             t = self.topics[name] = Topic(name, partitions if partitions > 0 else DEFAULT_PARTITIONS)
         return t
 
-    def batch(self, n: int) -> bytes:
+    def batch(self, n: int, value_size: int) -> bytes:
         """A v2 batch of ``n`` records at base offset 0 (cached: the tail sizes repeat too)."""
-        b = self._batches.get(n)
+        b = self._batches.get((n, value_size))
         if b is None:
-            b = self._batches[n] = build_batch([(None, self.value)] * n)
+            value = self._values.get(value_size)
+            if value is None:
+                value = self._values[value_size] = os.urandom(value_size)
+            b = self._batches[(n, value_size)] = build_batch([(None, value)] * n)
         return b
 
     def appended(self) -> None:
@@ -121,7 +135,7 @@ class NullBroker:
         h = parse_request_header(frame)
         key, v = h.api_key, h.api_version
         spec = get_spec(key)
-        lo, hi = VERSIONS.get(key, (0, -1))
+        lo, hi = self.versions.get(key, (0, -1))
         if spec is None or not lo <= v <= hi:
             if key == 18:  # KIP-511: answer in v0 so that the client can retry with a version we know
                 return self._encode(h.correlation_id, spec, 0, self.api_versions(0, UNSUPPORTED_VERSION))
@@ -138,10 +152,7 @@ class NullBroker:
             chunks = await self.fetch(spec.request.decode(body, version=v), v)
         else:
             req = spec.request.decode(body, version=v)
-            resp = {18: lambda: self.api_versions(v), 3: lambda: self.metadata(req, v),
-                    19: lambda: self.create_topics(req, v), 2: lambda: self.list_offsets(req, v),
-                    10: lambda: self.find_coordinator(req, v), 22: lambda: self.init_producer_id(v)}[key]()
-            return self._encode(h.correlation_id, spec, v, resp)
+            return self._encode(h.correlation_id, spec, v, self.handlers[key](req, v))
         n = sum(len(c) for c in chunks)
         return [encode_response_prefix(h.correlation_id, n, spec.response_header_flexible(v)), *chunks]
 
@@ -164,6 +175,8 @@ class NullBroker:
                 else:
                     base = t.end[pd.index]
                     t.end[pd.index] = base + count_records(pd.records)
+                    if t.value_size is None:
+                        t.value_size = first_value_size(pd.records)
                     out += _PROD_PART.pack(pd.index, 0, base, -1)
                 if v >= 5:
                     out += _I64.pack(0)  # log_start_offset
@@ -198,6 +211,7 @@ class NullBroker:
                     parts.append(FetchPartitionOut(i, UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1, None, b""))
                     continue
                 end = t.end[i]
+                value_size = t.value_size if t.value_size is not None else self.value_size
                 if not 0 <= offset <= end:
                     parts.append(FetchPartitionOut(i, OFFSET_OUT_OF_RANGE, end, end, 0, None, b""))
                     continue
@@ -208,7 +222,7 @@ class NullBroker:
                 size = 0
                 while offset < end:
                     n = min(end - offset, BATCH_RECORDS)
-                    b = self.batch(n)
+                    b = self.batch(n, value_size)
                     if chunks and size + len(b) > limit or not chunks and total and len(b) > limit:
                         break
                     chunks.append(_I64.pack(offset) + b[8:])  # base offset is outside the CRC
@@ -223,7 +237,7 @@ class NullBroker:
     def api_versions(self, v: int, error: int = 0) -> Any:
         r = get_spec(18).response
         keys = [r.ApiVersion(version=v, api_key=k, min_version=lo, max_version=hi)
-                for k, (lo, hi) in sorted(VERSIONS.items())]
+                for k, (lo, hi) in sorted(self.versions.items())]
         return r(version=v, error_code=error, api_keys=keys, throttle_time_ms=0)
 
     def metadata(self, req: Any, v: int) -> Any:
@@ -274,7 +288,7 @@ class NullBroker:
         return get_spec(10).response(version=v, throttle_time_ms=0, error_code=0, error_message=None,
                                      node_id=NODE_ID, host=self.host, port=self.port)
 
-    def init_producer_id(self, v: int) -> Any:
+    def init_producer_id(self, req: Any, v: int) -> Any:
         self.next_pid += 1
         return get_spec(22).response(version=v, throttle_time_ms=0, error_code=0, producer_id=self.next_pid,
                                      producer_epoch=0)
@@ -292,15 +306,47 @@ def count_records(records: memoryview | None) -> int:
     return n
 
 
-class NullBrokerProcess:
-    """A null broker subprocess on 127.0.0.1 (for bench.py), stopped by pid."""
+def first_value_size(records: memoryview | None) -> int | None:
+    """The value size of the first record of an uncompressed v2 record set (None if it cannot tell)."""
+    if records is None or len(records) < 62 or records[16] != 2 or _I16.unpack_from(records, 21)[0] & 7:
+        return None
+    pos = 61
+    try:
+        for field in range(6):  # length, attributes, timestamp delta, offset delta, key length, value length
+            if field == 1:
+                pos += 1
+                continue
+            n, pos = _varint(records, pos)
+            if field == 4 and n > 0:
+                pos += n
+        return n if n >= 0 else 0
+    except IndexError:
+        return None
 
-    def __init__(self, value_size: int = 1024, port: int | None = None) -> None:
+
+def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
+    """A zigzag varint (the record fields' encoding) and the position after it."""
+    shift = raw = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        raw |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos
+        shift += 7
+
+
+class NullBrokerProcess:
+    """A null broker subprocess on 127.0.0.1 (for bench.py), stopped by pid. ``script``: the server to
+    run (this file, or null_txn_broker.py for one that also serves groups and transactions)."""
+
+    def __init__(self, value_size: int = 1024, port: int | None = None, script: Path | None = None) -> None:
         if port is None:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
         self.port, self.value_size = port, value_size
+        self.script = script or Path(__file__).resolve()
         self.bootstrap = f"127.0.0.1:{port}"
         self.log_path = Path(f"/tmp/null-broker-{port}.log")
         self.proc: subprocess.Popen[bytes] | None = None
@@ -311,7 +357,7 @@ class NullBrokerProcess:
 
     def start(self, timeout: float = 30) -> None:
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--port", str(self.port),
+            self.proc = subprocess.Popen([sys.executable, str(self.script), "--port", str(self.port),
                                           "--value-size", str(self.value_size)],
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
@@ -343,29 +389,31 @@ class NullBrokerProcess:
             return ""
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=19093)
-    ap.add_argument("--value-size", type=int, default=1024, help="value bytes of the records Fetch serves")
-    args = ap.parse_args()
+def run_server(cls: type[NullBroker], host: str, port: int, value_size: int) -> None:
+    """Serve ``cls`` (this null broker or a subclass) until interrupted, on uvloop when installed."""
     try:
         import uvloop
     except ImportError:
         uvloop = None
 
     async def run() -> None:
-        b = NullBroker(args.host, args.port, args.value_size)
-        print(f"null broker on {args.host}:{args.port}", flush=True)
+        b = cls(host, port, value_size)
+        print(f"{cls.__name__} on {host}:{port}", flush=True)
         await b.serve()
 
     try:
-        if uvloop is not None:
-            uvloop.run(run())
-        else:
-            asyncio.run(run())
+        (uvloop.run if uvloop is not None else asyncio.run)(run())
     except KeyboardInterrupt:
         pass
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=19093)
+    ap.add_argument("--value-size", type=int, default=1024, help="value bytes of the records Fetch serves")
+    args = ap.parse_args()
+    run_server(NullBroker, args.host, args.port, args.value_size)
     return 0
 
 

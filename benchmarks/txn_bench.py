@@ -171,8 +171,13 @@ def bench_ctp(bootstrap: str, src: str, dst: str, records: int, batch: int, pid:
     assert inp.flush(TIMEOUT) == 0
 
     group = f"bench-ctp-{src}"
+    # fetch.queue.backoff.ms: librdkafka stops fetching a partition whose local queue holds more than
+    # queued.min.messages (100k) and, by default, looks again only 1,000 ms later; a broker fast
+    # enough to fill the queue then gets a stall of up to a second in which the application drains
+    # it and waits (as lib_workloads' consumers, and docs/operations.md, set it to 10 ms).
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+                         "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                         "fetch.queue.backoff.ms": 10})
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"bench-ctp-{src}", "linger.ms": 5,
                          "queue.buffering.max.messages": max(100_000, batch * 2)})
     producer.init_transactions(TIMEOUT)
@@ -183,7 +188,9 @@ def bench_ctp(bootstrap: str, src: str, dst: str, records: int, batch: int, pid:
     try:
         deadline = time.monotonic() + 600
         while done < records and time.monotonic() < deadline:
-            msgs = consumer.consume(num_messages=batch, timeout=0.5)
+            # At most what is left: a poll for more than the input still holds would wait out its
+            # whole timeout for records that never come (the last transaction paid 0.5 s for it).
+            msgs = consumer.consume(num_messages=min(batch, records - done), timeout=0.5)
             group_metadata = consumer.consumer_group_metadata()
             good = []
             for m in msgs:

@@ -1,10 +1,12 @@
-"""The benchmark ceiling (benchmarks/null_broker.py) speaks enough Kafka for the benchmark clients.
+"""The benchmark ceiling (benchmarks/null_broker.py, run as bench.py runs it: null_txn_broker.py,
+which adds groups and transactions) speaks enough Kafka for the benchmark clients.
 
 `make bench` reports kbroker as a fraction of the null broker's figures, so the null broker must
 run the same workloads honestly: confluent-kafka produce (acks=all, idempotent) and an assign()
-consumer that checks CRCs and gets every offset below the end exactly once, with values of the
-configured size; and librdkafka's rdkafka_performance when make bench has built it. Also: a
-`--quick` run must not write its report over the committed one.
+consumer that checks CRCs and gets every offset below the end exactly once, with values of the size
+produced; txn_bench's commits and consume-transform-produce phases (whose end check needs the
+group's committed offsets to cover every input record); and librdkafka's rdkafka_performance when
+make bench has built it. Also: a `--quick` run must not write its report over the committed one.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ sys.path[:0] = [str(ROOT / "benchmarks")]
 
 import bench  # noqa: E402
 import lib_cclient  # noqa: E402
+import lib_txn  # noqa: E402
 import lib_workloads as wl  # noqa: E402
 from null_broker import NullBrokerProcess  # noqa: E402
 
@@ -29,7 +32,7 @@ VALUE_SIZE = 300
 
 @pytest.fixture(scope="module")
 def null_broker():
-    b = NullBrokerProcess(value_size=VALUE_SIZE)
+    b = NullBrokerProcess(value_size=VALUE_SIZE, script=bench.NULL_SCRIPT)
     b.start(60)
     yield b
     b.stop()
@@ -56,7 +59,7 @@ def test_produce_then_consume_every_offset_once(null_broker) -> None:
         while got < n and time.monotonic() < deadline:
             for m in c.consume(1000, 1.0):
                 assert m.error() is None, m.error()
-                assert len(m.value()) == VALUE_SIZE
+                assert len(m.value()) == 10  # served at the size produced, not --value-size
                 seen[m.partition()].append(m.offset())
                 got += 1
     finally:
@@ -73,6 +76,16 @@ def test_bench_produce_and_consume_workloads_run(null_broker) -> None:
     c = wl.consume(null_broker.bootstrap, null_broker.pid, topic=r["topic"], expected=r["records_total"],
                    size=VALUE_SIZE)
     assert c["records"] == r["records_total"]
+
+
+def test_bench_txn_and_ctp_workloads_run(null_broker) -> None:
+    t = lib_txn.transactions(null_broker.bootstrap, null_broker.pid, count=50, seconds=1, size=VALUE_SIZE)
+    assert t["commits"] == 50 and t["commits_per_s"] > 0
+    # bench_ctp fails unless the group's committed offsets (TxnOffsetCommit, made visible by EndTxn,
+    # read back by OffsetFetch) add up to every input record.
+    r = lib_txn.consume_transform_produce(null_broker.bootstrap, null_broker.pid, records=5000, batch=500,
+                                          size=VALUE_SIZE)
+    assert r["records"] == 5000 and r["commits"] >= 10
 
 
 @pytest.mark.skipif(not lib_cclient.available(), reason="rdkafka_performance not built (make bench builds it)")
