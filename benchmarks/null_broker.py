@@ -14,6 +14,10 @@ run the produce and consume workloads, with as little work per request as a Pyth
   1,024 records each), with only the base offset patched, so that any offset below the end offset
   produced so far can be served. A fetch at the end waits (up to max_wait_ms) for the next produce.
 
+With ``NULL_BROKER_TRACE=FILE`` in its environment every request appends a line to FILE (wall
+time at the answer, api key, connection, correlation id, ms from the frame read to the answer
+built), the same trace points as kbroker's request log, for timelines (``ctp_timeline.py``).
+
 Requests are dispatched through ``versions`` and ``handlers`` (api key -> versions served, -> a
 function of the decoded request): ``null_txn_broker.py`` extends both with the group and
 transaction APIs for the transactional workloads.
@@ -81,6 +85,9 @@ class NullBroker:
         self._batches: dict[tuple[int, int], bytes] = {}
         self.batch(BATCH_RECORDS, value_size)  # the common size, built before the first client arrives
         self._appended = asyncio.Event()
+        trace = os.environ.get("NULL_BROKER_TRACE")
+        self.trace = open(trace, "a", buffering=1) if trace else None  # noqa: SIM115 - lives as long as the server
+        self._connections = 0
         self.versions: dict[int, tuple[int, int]] = dict(VERSIONS)
         # api key -> answer of a decoded request (Produce and Fetch have their own fast paths)
         self.handlers: dict[int, Callable[[Any, int], Any]] = {
@@ -118,11 +125,19 @@ class NullBroker:
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._connections += 1
+        conn = self._connections
         try:
             while True:
                 size = _I32.unpack(await reader.readexactly(4))[0]
                 frame = await reader.readexactly(size)
-                out = await self.request(memoryview(frame))
+                if self.trace is None:
+                    out = await self.request(memoryview(frame))
+                else:
+                    t0 = time.perf_counter()
+                    out = await self.request(memoryview(frame))
+                    key, corr = _I16.unpack_from(frame, 0)[0], _I32.unpack_from(frame, 4)[0]
+                    self.trace.write(f"{time.time():.6f} {key} {conn} {corr} {(time.perf_counter() - t0) * 1000:.3f}\n")
                 if out:
                     writer.writelines(out)
                     await writer.drain()
@@ -340,13 +355,15 @@ class NullBrokerProcess:
     """A null broker subprocess on 127.0.0.1 (for bench.py), stopped by pid. ``script``: the server to
     run (this file, or null_txn_broker.py for one that also serves groups and transactions)."""
 
-    def __init__(self, value_size: int = 1024, port: int | None = None, script: Path | None = None) -> None:
+    def __init__(self, value_size: int = 1024, port: int | None = None, script: Path | None = None,
+                 env: dict[str, str] | None = None) -> None:
         if port is None:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
         self.port, self.value_size = port, value_size
         self.script = script or Path(__file__).resolve()
+        self.env = env or {}
         self.bootstrap = f"127.0.0.1:{port}"
         self.log_path = Path(f"/tmp/null-broker-{port}.log")
         self.proc: subprocess.Popen[bytes] | None = None
@@ -359,7 +376,8 @@ class NullBrokerProcess:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, str(self.script), "--port", str(self.port),
                                           "--value-size", str(self.value_size)],
-                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         env={**os.environ, **self.env})
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
