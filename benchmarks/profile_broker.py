@@ -4,7 +4,8 @@
         [--records N] [--rate HZ] [--native] [--strace] [--raw-dir /tmp/kbroker-profiles]
 
 Starts kbroker (tests.helpers.broker_proc), attaches ``py-spy record --format raw`` to it for exactly
-the measured phase of the workload (lib_workloads), then prints the hottest functions by self and by
+the measured phase of the workload (lib_workloads; ctp: txn_bench.py's CTP phase, its input filled
+first), then prints the hottest functions by self and by
 inclusive time as a percentage of on-CPU samples, plus a per-source-file breakdown. The raw folded
 stacks (and a speedscope JSON converted from them, loadable in https://www.speedscope.app) stay under
 --raw-dir, outside the repository. ``--strace`` also counts the broker's syscalls during the phase
@@ -169,6 +170,13 @@ def run(args: argparse.Namespace) -> str:
             if args.workload == "consume":  # fill first, unprofiled
                 r = wl.produce(bs, pid, records=args.records, size=args.size, acks="all")
                 topic, expected = r["topic"], r["records_total"]
+            elif args.workload == "ctp":  # txn_bench's CTP phase (bench.py's): its input first, unprofiled
+                from benchmarks import txn_bench
+
+                topic, dst = wl.unique("ctp-in"), wl.unique("ctp-out")
+                txn_bench.create_topics(bs, topic, dst, topic + "-warm")
+                txn_bench.warm_up(bs, topic + "-warm", pid)
+                txn_bench.fill_ctp_input(bs, topic, args.records)
             spy = Spy(pid, raw, args.rate, args.native, args.strace)
             spy.start()
             try:
@@ -182,7 +190,9 @@ def run(args: argparse.Namespace) -> str:
                 elif args.workload == "txn":
                     fig = wl.transactions(bs, pid, seconds=args.seconds, size=args.size)
                 else:
-                    fig = wl.consume_transform_produce(bs, pid, records=args.records, size=args.size)
+                    phase = txn_bench.bench_ctp(bs, topic, dst, args.records, args.ctp_batch, pid, fill=False)
+                    fig = {"records_per_s": phase.records / phase.seconds, "transactions": phase.transactions,
+                           "usage": {"broker_cpu": phase.broker_cpu, "wall": phase.seconds}}
             finally:
                 strace_text = spy.stop()
         finally:
@@ -207,6 +217,7 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--acks", default="all")
     ap.add_argument("--idempotent", action="store_true")
+    ap.add_argument("--ctp-batch", type=int, default=500, help="most records per CTP transaction (txn_bench)")
     ap.add_argument("--seconds", type=float, default=5.0, help="latency/txn duration")
     ap.add_argument("--latency-rate", type=int, default=5000)
     ap.add_argument("--rate", type=int, default=250, help="py-spy samples per second")

@@ -160,7 +160,8 @@ def bench_commits(bootstrap: str, topic: str, n: int, pid: int | None) -> Commit
     return CommitPhase(n, seconds, latencies, cpu_delta(pid, cpu0))
 
 
-def bench_ctp(bootstrap: str, src: str, dst: str, records: int, batch: int, pid: int | None) -> CtpPhase:
+def fill_ctp_input(bootstrap: str, src: str, records: int) -> None:
+    """The CTP phase's input: ``records`` × 100 B round-robin over the partitions (not timed)."""
     inp = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20,
                     "queue.buffering.max.messages": records + 1})
     value = os.urandom(VALUE_SIZE)
@@ -169,6 +170,14 @@ def bench_ctp(bootstrap: str, src: str, dst: str, records: int, batch: int, pid:
         if i % 10_000 == 0:
             inp.poll(0)
     assert inp.flush(TIMEOUT) == 0
+
+
+def bench_ctp(bootstrap: str, src: str, dst: str, records: int, batch: int, pid: int | None, *,
+              fill: bool = True) -> CtpPhase:
+    """``fill=False``: the input is already there (fill_ctp_input), e.g. for a profiler that must
+    see only the transactions."""
+    if fill:
+        fill_ctp_input(bootstrap, src, records)
 
     group = f"bench-ctp-{src}"
     # fetch.queue.backoff.ms: librdkafka stops fetching a partition whose local queue holds more than
