@@ -8,10 +8,16 @@ key/value lengths, header count and headers) is walked, the number of records mu
 header's record count with no bytes left over, and record i must carry offset delta i.
 
 Compressed batches are decompressed with the codec libraries the cleaner uses (zlib for gzip,
-python-snappy, lz4.frame, zstandard), in bounded steps, and rejected as soon as the output
-passes ``max_decompressed`` bytes, so a small zstd frame cannot expand to gigabytes. The output
-(at most that cap) is held while it is walked: validation runs synchronously on the event loop,
-so at most one such buffer exists per broker process at a time.
+python-snappy/cramjam, lz4.frame, zstandard), in bounded steps, and rejected as soon as the output
+passes ``max_decompressed`` bytes, so a small zstd frame cannot expand to gigabytes. With the
+compiled walk this is one streaming pass: each decompressed piece (at most 64 KiB; snappy: one
+block, decoded into a buffer the thread reuses) is walked by `_recwalk.Walker`, which carries a
+record that straddles two pieces over without copying it, and dropped; the output is never joined,
+and no large buffer is allocated per batch (a fresh 1 MB buffer costs a page fault per 4 KiB, more
+than lz4 takes to fill it). On any failure (invalid records, undecodable payload, cap) the
+one-buffer path reruns (`decompress`, then the Python walk), so errors are exactly its own. Without
+the compiled walk the one-buffer path is the only one; its output (at most the cap) is held while
+it is walked.
 
 The walk is compiled when it can be: `storage._recwalk` (storage/_recwalk.c, an optional extension
 that setup.py builds when a C compiler is present) walks the request's buffer in place, about 100x
@@ -41,6 +47,7 @@ import os
 import struct
 import threading
 import zlib
+from collections.abc import Iterator
 
 from storage import batch as B
 
@@ -60,6 +67,11 @@ MIN_DECOMPRESSED_CAP = 64 << 20
 DECOMPRESSED_CAP_RATIO = 32
 # Decompression step: output is produced and counted in pieces of this size.
 _CHUNK = 1 << 20
+# Streaming step (compiled walk): output is walked and dropped in pieces of at most this size, which
+# stay in the CPU cache and in malloc's heap. A whole batch's output in one fresh buffer costs a page
+# fault per 4 KiB on every batch (glibc hands large blocks back to the kernel when they are freed):
+# that, not the codec, was most of the time of validating a ~1 MB lz4 batch.
+_STREAM_CHUNK = 64 << 10
 
 
 class InvalidRecordError(ValueError):
@@ -101,9 +113,11 @@ def validate_records(buf: bytes | bytearray | memoryview, header: B.BatchHeader,
         # pays for the copy many times over (a memcpy of the batch, freed at once).
         data = bytes(memoryview(buf)[start:end])
         keyless = walk_records(data, 0, len(data), count, need_keys)
+    elif _recwalk is not None:
+        keyless = _walk_streaming(codec, memoryview(buf)[start:end], count, need_keys, max_decompressed)
     else:
         data = decompress(codec, memoryview(buf)[start:end], max_decompressed)
-        keyless = _walk(data, count, need_keys)
+        keyless = walk_records(data, 0, len(data), count, need_keys)
     if keyless:
         msg = f"Compacted topic cannot accept message without key in topic partition {compacted_tp}."
         errors = [(i, msg) for i in keyless]
@@ -169,6 +183,46 @@ _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 def _unsnappy(payload: memoryview, cap: int) -> list[bytes]:
     import snappy
 
+    out: list[bytes] = []
+    total = 0
+    for block in _snappy_blocks(payload):
+        # A raw snappy block starts with its uncompressed length (unsigned varint): check it first.
+        total += _uvarint_prefix(block)
+        if total > cap:
+            raise _too_big(cap)
+        chunk = snappy.decompress(bytes(block))
+        out.append(chunk)
+    if sum(map(len, out)) > cap:
+        raise _too_big(cap)
+    return out
+
+
+def _snappy_chunks(payload: memoryview, cap: int) -> Iterator[memoryview]:
+    """_unsnappy's decoding and checks, each block decoded into the thread's reused buffer (python-
+    snappy's decompress is cramjam's decompress_raw plus a copy into bytes; this is the same decoder
+    writing in place, and the buffer's pages stay mapped from batch to batch)."""
+    import cramjam
+
+    total = 0
+    for block in _snappy_blocks(payload):
+        size = _uvarint_prefix(block)
+        total += size
+        if total > cap:
+            raise _too_big(cap)
+        buf = getattr(_local, "snappy_out", None)
+        if buf is None or len(buf) < size:
+            buf = bytearray(size)
+            if size <= _SNAPPY_KEEP:
+                _local.snappy_out = buf
+        n = cramjam.snappy.decompress_raw_into(block, memoryview(buf)[:size])
+        yield memoryview(buf)[:n]
+
+
+# Largest snappy output buffer a thread keeps for the next batch (default batches are <= 1 MiB).
+_SNAPPY_KEEP = 2 << 20
+
+
+def _snappy_blocks(payload: memoryview) -> list[memoryview]:
     blocks: list[memoryview] = []
     if bytes(payload[:8]) == _XERIAL_MAGIC:
         # Java's snappy-java framing: magic, version, compatible version, then (int32 length, block)*.
@@ -183,18 +237,7 @@ def _unsnappy(payload: memoryview, cap: int) -> list[bytes]:
             pos += 4 + size
     else:
         blocks.append(payload)
-    out: list[bytes] = []
-    total = 0
-    for block in blocks:
-        # A raw snappy block starts with its uncompressed length (unsigned varint): check it first.
-        total += _uvarint_prefix(block)
-        if total > cap:
-            raise _too_big(cap)
-        chunk = snappy.decompress(bytes(block))
-        out.append(chunk)
-    if sum(map(len, out)) > cap:
-        raise _too_big(cap)
-    return out
+    return blocks
 
 
 def _uvarint_prefix(block: memoryview) -> int:
@@ -228,10 +271,17 @@ def _unlz4(payload: memoryview, cap: int) -> list[bytes]:
             raise CorruptRecordsError("Failed to decompress record stream: truncated lz4 frame")
 
 
-_local = threading.local()  # a ZstdDecompressor per thread (they are not thread-safe; creating one costs)
+# A ZstdDecompressor and an lz4 decompression context per thread (they are not thread-safe;
+# creating one costs).
+_local = threading.local()
 
 
 def _unzstd(payload: memoryview, cap: int) -> list[bytes]:
+    return list(_zstd_pieces(payload, cap))
+
+
+def _zstd_pieces(payload: memoryview, cap: int) -> Iterator[bytes]:
+    """The decompressed pieces as they come (a few KiB each, see the slicing below)."""
     import zstandard
 
     # A frame that declares its size is refused before any work.
@@ -245,7 +295,6 @@ def _unzstd(payload: memoryview, cap: int) -> list[bytes]:
     # enough that even the densest blocks (an RLE block: 4 bytes -> 128 KiB) cannot produce more
     # than what is left of the cap; its eof flag, unlike stream_reader's, tells a truncated frame.
     d = dctx.decompressobj()
-    out: list[bytes] = []
     total = 0
     pos, n = 0, len(payload)
     while True:
@@ -256,28 +305,105 @@ def _unzstd(payload: memoryview, cap: int) -> list[bytes]:
             total += len(chunk)
             if total > cap:
                 raise _too_big(cap)
-            out.append(chunk)
+            yield chunk
         if d.eof:
             rest = len(d.unused_data)
             pos -= rest
             if pos < n:  # another frame follows (Java's ZstdInputStream reads across frames)
                 d = dctx.decompressobj()
                 continue
-            return out
+            return
         if pos >= n:
             raise CorruptRecordsError("Failed to decompress record stream: truncated zstd frame")
 
 
+# --- streaming decompression and walk ---------------------------------------------------------------
+
+
+def _walk_streaming(codec: int, payload: memoryview, count: int, need_keys: bool, cap: int) -> list[int]:
+    """The compiled walk fed chunk by chunk as the payload decompresses; the keyless records.
+
+    On anything but success (the records are invalid, the payload does not decode or passes the
+    cap) it returns the one-buffer path's outcome: `decompress` then the Python walk, which raise
+    exactly the errors they always have. Both paths run the same decoders on the same bytes and
+    count the same totals against the cap, and the streaming walk has the whole-buffer walk's
+    verdict (tests/unit/test_record_walk_equivalence.py), so a batch the streaming path accepts is
+    one the one-buffer path accepts, with the same keyless records.
+    """
+    walker = _recwalk.Walker(count, need_keys)
+    ok = True
+    try:
+        for chunk in _stream_chunks(codec, payload, cap):
+            if not walker.feed(chunk):
+                ok = False
+                break
+    except Exception:  # noqa: BLE001 - any failure: the one-buffer path below raises the exact error
+        ok = False
+    keyless = walker.finish() if ok else None
+    if keyless is None:
+        data = decompress(codec, payload, cap)
+        keyless = walk_records(data, 0, len(data), count, need_keys)
+    return keyless
+
+
+def _stream_chunks(codec: int, payload: memoryview, cap: int) -> Iterator[bytes | memoryview]:
+    if codec == CODEC_LZ4:
+        return _lz4_chunks(payload, cap)
+    if codec == CODEC_ZSTD:
+        return _zstd_pieces(payload, cap)
+    if codec == CODEC_GZIP:
+        return _gzip_chunks(payload, cap)
+    if codec == CODEC_SNAPPY:
+        return _snappy_chunks(payload, cap)
+    raise CorruptRecordsError(f"Unknown compression type id: {codec}")
+
+
+def _lz4_chunks(payload: memoryview, cap: int) -> Iterator[bytes]:
+    """_unlz4's decoding and checks, one `_STREAM_CHUNK` at a time, on the thread's reused context
+    (LZ4FrameDecompressor copies its unread input at every call; decompress_chunk reads a view)."""
+    import lz4.frame
+
+    ctx = getattr(_local, "lz4", None)
+    if ctx is None:
+        ctx = _local.lz4 = lz4.frame.create_decompression_context()
+    lz4.frame.reset_decompression_context(ctx)  # a previous batch may have failed mid-frame
+    pos, n, total = 0, len(payload), 0
+    while True:
+        chunk, read, eof = lz4.frame.decompress_chunk(ctx, payload[pos:], max_length=_STREAM_CHUNK)
+        pos += read
+        total += len(chunk)
+        if total > cap:
+            raise _too_big(cap)
+        yield chunk
+        if eof:
+            return
+        if pos >= n:  # all input read, frame not ended (LZ4FrameDecompressor's needs_input)
+            raise CorruptRecordsError("Failed to decompress record stream: truncated lz4 frame")
+
+
+def _gzip_chunks(payload: memoryview, cap: int) -> Iterator[bytes]:
+    """_gunzip's decoding and checks, one `_STREAM_CHUNK` at a time."""
+    total = 0
+    data: bytes | memoryview = payload
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    while True:
+        chunk = d.decompress(data, _STREAM_CHUNK)
+        total += len(chunk)
+        if total > cap:
+            raise _too_big(cap)
+        yield chunk
+        data = d.unconsumed_tail
+        if d.eof:
+            rest = d.unused_data
+            if len(rest) >= 2 and rest[0] == 0x1F and rest[1] == 0x8B:
+                d, data = zlib.decompressobj(16 + zlib.MAX_WBITS), rest
+                continue
+            return
+        if not chunk and not data:
+            raise CorruptRecordsError("Failed to decompress record stream: truncated gzip data")
+
+
 # --- the record walk ------------------------------------------------------------------------------
-
-
-def _walk(data: bytes, count: int, need_keys: bool) -> list[int]:
-    """The walk over a whole buffer: compiled when available, the Python walk's errors either way."""
-    if _recwalk is not None:
-        keyless = _recwalk.walk(data, 0, len(data), count, need_keys)
-        if keyless is not None:
-            return keyless
-    return walk_records(data, 0, len(data), count, need_keys)
 
 
 def walk_records(data: bytes | bytearray | memoryview, pos: int, end: int, count: int,
