@@ -350,7 +350,7 @@ def _stream_chunks(codec: int, payload: memoryview, cap: int) -> Iterator[bytes 
     if codec == CODEC_LZ4:
         return _lz4_chunks(payload, cap)
     if codec == CODEC_ZSTD:
-        return _zstd_pieces(payload, cap)
+        return _zstd_chunks(payload, cap) if _one_whole_zstd_frame(payload) else _zstd_pieces(payload, cap)
     if codec == CODEC_GZIP:
         return _gzip_chunks(payload, cap)
     if codec == CODEC_SNAPPY:
@@ -379,6 +379,54 @@ def _lz4_chunks(payload: memoryview, cap: int) -> Iterator[bytes]:
             return
         if pos >= n:  # all input read, frame not ended (LZ4FrameDecompressor's needs_input)
             raise CorruptRecordsError("Failed to decompress record stream: truncated lz4 frame")
+
+
+def _zstd_chunks(payload: memoryview, cap: int) -> Iterator[bytes]:
+    """_unzstd's decoding of a payload that is one whole frame (`_one_whole_zstd_frame`: so the
+    truncation and next-frame checks cannot fire) with its cap checks, in pieces of at most
+    `_STREAM_CHUNK`: read_to_iter bounds its output per step, so the input need not be cut into the
+    2 KiB slices _zstd_pieces feeds (each a call that drops and retakes the GIL)."""
+    import zstandard
+
+    if zstandard.frame_content_size(payload) > cap:
+        raise _too_big(cap)
+    dctx = getattr(_local, "zstd", None)
+    if dctx is None:
+        dctx = _local.zstd = zstandard.ZstdDecompressor()
+    total = 0
+    for chunk in dctx.read_to_iter(payload, read_size=len(payload), write_size=_STREAM_CHUNK):
+        total += len(chunk)
+        if total > cap:
+            raise _too_big(cap)
+        yield chunk
+
+
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def _one_whole_zstd_frame(payload: memoryview) -> bool:
+    """Whether ``payload`` is exactly one zstd frame, every block present (RFC 8878 section 3.1.1:
+    the header's field sizes, then 3-byte block headers up to the last block, then the checksum);
+    the blocks' contents are not read. False for anything else (several frames, skippable frames,
+    truncated or malformed structure), which _zstd_pieces then decodes as it always has."""
+    n = len(payload)
+    if n < 6 or payload[:4] != _ZSTD_MAGIC:
+        return False
+    fhd = payload[4]
+    if fhd & 0x08:  # reserved bit
+        return False
+    single_segment = fhd & 0x20
+    fcs_size = (0, 2, 4, 8)[fhd >> 6] or (1 if single_segment else 0)
+    pos = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[fhd & 3] + fcs_size
+    while pos + 3 <= n:
+        header = payload[pos] | payload[pos + 1] << 8 | payload[pos + 2] << 16
+        kind = (header >> 1) & 3
+        if kind == 3:  # reserved block type
+            return False
+        pos += 3 + (1 if kind == 1 else header >> 3)  # an RLE block stores one byte
+        if header & 1:  # the last block
+            return pos + (4 if fhd & 0x04 else 0) == n
+    return False
 
 
 def _gzip_chunks(payload: memoryview, cap: int) -> Iterator[bytes]:

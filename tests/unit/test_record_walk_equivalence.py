@@ -290,3 +290,23 @@ def test_lz4_context_reused_after_a_truncated_frame():
         _outcome(REF.validate_records, bad, B.parse_header(bad))
     ok = FB.assemble(good, 100, attributes=3)
     assert RV.validate_records(ok, B.parse_header(ok)) is None
+
+
+@pytest.mark.parametrize("checksum", [True, False])
+def test_whole_zstd_frame_is_recognised_from_its_block_headers(checksum):
+    """Only a payload that is exactly one complete frame takes read_to_iter; cut, doubled or padded
+    payloads go to the slice-by-slice decoder, with its truncation and next-frame handling."""
+    import zstandard
+
+    for level in (1, 19):
+        for data in (b"", b"a" * 1_000_000, bytes(range(256)) * 4000, random.Random(level).randbytes(300_000)):
+            c = zstandard.ZstdCompressor(level=level, write_checksum=checksum,
+                                         write_content_size=checksum).compress(data)
+            assert RV._one_whole_zstd_frame(memoryview(c))
+            assert b"".join(RV._zstd_chunks(memoryview(c), 1 << 30)) == data
+            for other in (c[:-1], c + c, c + b"\x00", c[:5]):
+                assert not RV._one_whole_zstd_frame(memoryview(other))
+    section = b"".join(FB.record(i, None, b"v" * 500) for i in range(300))
+    frame = FB.compress(4, section)
+    for payload in (frame + frame[:-3], frame[:-3], frame + b"\x00\x01"):
+        _same_validate(FB.assemble(payload, 300, attributes=4))
