@@ -310,3 +310,53 @@ def test_whole_zstd_frame_is_recognised_from_its_block_headers(checksum):
     frame = FB.compress(4, section)
     for payload in (frame + frame[:-3], frame[:-3], frame + b"\x00\x01"):
         _same_validate(FB.assemble(payload, 300, attributes=4))
+
+
+def _xerial(blocks: list[bytes]) -> bytes:
+    import snappy
+
+    out = b"\x82SNAPPY\x00" + (1).to_bytes(4, "big") + (1).to_bytes(4, "big")
+    for b in blocks:
+        c = snappy.compress(b)
+        out += len(c).to_bytes(4, "big") + c
+    return out
+
+
+def test_streamed_pieces_join_to_the_one_buffer_output():
+    """The streaming decoders alone (no fallback to hide a mistake) give decompress()'s bytes, or
+    fail where it fails, for every framing: gzip members and trailing bytes, zstd frames (whole,
+    several, cut), xerial and raw snappy, lz4 frames cut or followed by bytes."""
+    import gzip
+
+    import lz4.frame
+    import zstandard
+
+    rng = random.Random(7)
+    data = [rng.randbytes(rng.randrange(0, 5000)) + b"x" * rng.randrange(0, 200_000) for _ in range(4)]
+    a, b = data[0] + data[1], data[2] + data[3]
+    z = zstandard.ZstdCompressor()
+    cases = {
+        1: [gzip.compress(a), gzip.compress(a) + gzip.compress(b), gzip.compress(a) + b"junk",
+            gzip.compress(a)[:-9], gzip.compress(b"")],
+        2: [_xerial([a, b]), _xerial([a]), FB.compress(2, b), _xerial([a])[:-3]],
+        3: [lz4.frame.compress(a), lz4.frame.compress(a) + b"tail", lz4.frame.compress(a)[:-5],
+            lz4.frame.compress(b, block_size=lz4.frame.BLOCKSIZE_MAX4MB)],
+        4: [z.compress(a), z.compress(a) + z.compress(b), z.compress(a)[:-4], z.compress(b"")],
+    }
+    for codec, payloads in cases.items():
+        for payload in payloads:
+            view = memoryview(payload)
+            try:
+                want = RV.decompress(codec, view, 1 << 24)
+            except B.InvalidBatchError:
+                want = None
+            try:
+                got = b"".join(bytes(c) for c in RV._stream_chunks(codec, view, 1 << 24))
+            except Exception:  # noqa: BLE001 - any failure counts as failing
+                got = None
+            assert got == want, (codec, len(payload))
+            if want is not None and len(want) > 1:  # past the cap: both refuse
+                with pytest.raises(B.InvalidBatchError):
+                    RV.decompress(codec, view, len(want) - 1)
+                with pytest.raises(B.InvalidBatchError):
+                    b"".join(RV._stream_chunks(codec, view, len(want) - 1))
