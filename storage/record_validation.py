@@ -150,7 +150,9 @@ def decompress(codec: int, payload: memoryview, cap: int) -> bytes:
 
 
 def _too_big(cap: int) -> CorruptRecordsError:
-    return CorruptRecordsError(f"Decompressed records exceed {cap} bytes (the broker's limit per batch)")
+    e = CorruptRecordsError(f"Decompressed records exceed {cap} bytes (the broker's limit per batch)")
+    e.past_cap = True  # type: ignore[attr-defined]  # read by _walk_streaming
+    return e
 
 
 def _gunzip(payload: memoryview, cap: int) -> list[bytes]:
@@ -323,12 +325,16 @@ def _zstd_pieces(payload: memoryview, cap: int) -> Iterator[bytes]:
 def _walk_streaming(codec: int, payload: memoryview, count: int, need_keys: bool, cap: int) -> list[int]:
     """The compiled walk fed chunk by chunk as the payload decompresses; the keyless records.
 
-    On anything but success (the records are invalid, the payload does not decode or passes the
-    cap) it returns the one-buffer path's outcome: `decompress` then the Python walk, which raise
-    exactly the errors they always have. Both paths run the same decoders on the same bytes and
-    count the same totals against the cap, and the streaming walk has the whole-buffer walk's
-    verdict (tests/unit/test_record_walk_equivalence.py), so a batch the streaming path accepts is
-    one the one-buffer path accepts, with the same keyless records.
+    When the records are invalid or the payload does not decode it returns the one-buffer path's
+    outcome: `decompress` then the Python walk, which raise exactly the errors they always have.
+    Both paths run the same decoders on the same bytes and count the same totals against the cap,
+    and the streaming walk has the whole-buffer walk's verdict
+    (tests/unit/test_record_walk_equivalence.py), so a batch the streaming path accepts is one the
+    one-buffer path accepts, with the same keyless records. Output past the cap is refused at once
+    with the cap's CORRUPT_MESSAGE error, without decoding the payload a second time into one
+    buffer of up to the cap (what the cap is there to bound). The one-buffer path gives that same
+    error unless the payload also fails to decode within its last step (1 MiB of output, or one
+    zstd slice) after the cap: then it named the decoding failure, also CORRUPT_MESSAGE.
     """
     walker = _recwalk.Walker(count, need_keys)
     ok = codec in (CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD)  # else decompress() raises
@@ -338,7 +344,9 @@ def _walk_streaming(codec: int, payload: memoryview, count: int, need_keys: bool
             if not walker.feed(chunk):
                 ok = False
                 break
-    except Exception:  # noqa: BLE001 - any failure: the one-buffer path below raises the exact error
+    except Exception as e:  # noqa: BLE001 - any other failure: the one-buffer path below raises the exact error
+        if getattr(e, "past_cap", False):
+            raise
         ok = False
     finally:
         chunks.close()  # done with the thread's decoder before the one-buffer path may use it
@@ -460,285 +468,6 @@ def _gzip_chunks(payload: memoryview, cap: int) -> Iterator[bytes]:
                 continue
             return
         if pos >= n:
-            raise CorruptRecordsError("Failed to decompress record stream: truncated gzip data")
-
-
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
-
-
-def _unsnappy(payload: memoryview, cap: int) -> list[bytes]:
-    import snappy
-
-    out: list[bytes] = []
-    total = 0
-    for block in _snappy_blocks(payload):
-        # A raw snappy block starts with its uncompressed length (unsigned varint): check it first.
-        total += _uvarint_prefix(block)
-        if total > cap:
-            raise _too_big(cap)
-        chunk = snappy.decompress(bytes(block))
-        out.append(chunk)
-    if sum(map(len, out)) > cap:
-        raise _too_big(cap)
-    return out
-
-
-def _snappy_chunks(payload: memoryview, cap: int) -> Iterator[memoryview]:
-    """_unsnappy's decoding and checks, each block decoded into the thread's reused buffer (python-
-    snappy's decompress is cramjam's decompress_raw plus a copy into bytes; this is the same decoder
-    writing in place, and the buffer's pages stay mapped from batch to batch)."""
-    import cramjam
-
-    total = 0
-    for block in _snappy_blocks(payload):
-        size = _uvarint_prefix(block)
-        total += size
-        if total > cap:
-            raise _too_big(cap)
-        buf = getattr(_local, "snappy_out", None)
-        if buf is None or len(buf) < size:
-            buf = bytearray(size)
-            if size <= _SNAPPY_KEEP:
-                _local.snappy_out = buf
-        n = cramjam.snappy.decompress_raw_into(block, memoryview(buf)[:size])
-        yield memoryview(buf)[:n]
-
-
-# Largest snappy output buffer a thread keeps for the next batch (default batches are <= 1 MiB).
-_SNAPPY_KEEP = 2 << 20
-
-
-def _snappy_blocks(payload: memoryview) -> list[memoryview]:
-    blocks: list[memoryview] = []
-    if bytes(payload[:8]) == _XERIAL_MAGIC:
-        # Java's snappy-java framing: magic, version, compatible version, then (int32 length, block)*.
-        pos, n = 16, len(payload)
-        while pos < n:
-            if n - pos < 4:
-                raise CorruptRecordsError("Failed to decompress record stream: truncated snappy block length")
-            (size,) = struct.unpack_from(">i", payload, pos)
-            if size < 0 or pos + 4 + size > n:
-                raise CorruptRecordsError("Failed to decompress record stream: bad snappy block length")
-            blocks.append(payload[pos + 4:pos + 4 + size])
-            pos += 4 + size
-    else:
-        blocks.append(payload)
-    return blocks
-
-
-def _uvarint_prefix(block: memoryview) -> int:
-    value = shift = 0
-    for i in range(min(5, len(block))):
-        b = block[i]
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value
-        shift += 7
-    raise CorruptRecordsError("Failed to decompress record stream: bad snappy length preamble")
-
-
-def _unlz4(payload: memoryview, cap: int) -> list[bytes]:
-    import lz4.frame
-
-    d = lz4.frame.LZ4FrameDecompressor()
-    out: list[bytes] = []
-    total = 0
-    data: bytes | memoryview = payload
-    while True:
-        chunk = d.decompress(data, max_length=_CHUNK)
-        data = b""
-        total += len(chunk)
-        if total > cap:
-            raise _too_big(cap)
-        out.append(chunk)
-        if d.eof:
-            return out
-        if d.needs_input:
-            raise CorruptRecordsError("Failed to decompress record stream: truncated lz4 frame")
-
-
-# A ZstdDecompressor and an lz4 decompression context per thread (they are not thread-safe;
-# creating one costs).
-_local = threading.local()
-
-
-def _unzstd(payload: memoryview, cap: int) -> list[bytes]:
-    return list(_zstd_pieces(payload, cap))
-
-
-def _zstd_pieces(payload: memoryview, cap: int) -> Iterator[bytes]:
-    """The decompressed pieces as they come (a few KiB each, see the slicing below)."""
-    import zstandard
-
-    # A frame that declares its size is refused before any work.
-    declared = zstandard.frame_content_size(payload)
-    if declared > cap:
-        raise _too_big(cap)
-    dctx = getattr(_local, "zstd", None)
-    if dctx is None:
-        dctx = _local.zstd = zstandard.ZstdDecompressor()
-    # zstandard's decompressobj has no output limit per call, so the input is fed in slices small
-    # enough that even the densest blocks (an RLE block: 4 bytes -> 128 KiB) cannot produce more
-    # than what is left of the cap; its eof flag, unlike stream_reader's, tells a truncated frame.
-    d = dctx.decompressobj()
-    total = 0
-    pos, n = 0, len(payload)
-    while True:
-        step = max(8, (cap - total) >> 15)
-        chunk = d.decompress(payload[pos:pos + step])
-        pos = min(pos + step, n)
-        if chunk:
-            total += len(chunk)
-            if total > cap:
-                raise _too_big(cap)
-            yield chunk
-        if d.eof:
-            rest = len(d.unused_data)
-            pos -= rest
-            if pos < n:  # another frame follows (Java's ZstdInputStream reads across frames)
-                d = dctx.decompressobj()
-                continue
-            return
-        if pos >= n:
-            raise CorruptRecordsError("Failed to decompress record stream: truncated zstd frame")
-
-
-# --- streaming decompression and walk ---------------------------------------------------------------
-
-
-def _walk_streaming(codec: int, payload: memoryview, count: int, need_keys: bool, cap: int) -> list[int]:
-    """The compiled walk fed chunk by chunk as the payload decompresses; the keyless records.
-
-    On anything but success (the records are invalid, the payload does not decode or passes the
-    cap) it returns the one-buffer path's outcome: `decompress` then the Python walk, which raise
-    exactly the errors they always have. Both paths run the same decoders on the same bytes and
-    count the same totals against the cap, and the streaming walk has the whole-buffer walk's
-    verdict (tests/unit/test_record_walk_equivalence.py), so a batch the streaming path accepts is
-    one the one-buffer path accepts, with the same keyless records.
-    """
-    walker = _recwalk.Walker(count, need_keys)
-    ok = codec in (CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD)  # else decompress() raises
-    chunks = _stream_chunks(codec, payload, cap) if ok else _no_chunks()
-    try:
-        for chunk in chunks:
-            if not walker.feed(chunk):
-                ok = False
-                break
-    except Exception:  # noqa: BLE001 - any failure: the one-buffer path below raises the exact error
-        ok = False
-    finally:
-        chunks.close()  # done with the thread's decoder before the one-buffer path may use it
-    keyless = walker.finish() if ok else None
-    if keyless is None:
-        data = decompress(codec, payload, cap)
-        keyless = walk_records(data, 0, len(data), count, need_keys)
-    return keyless
-
-
-def _stream_chunks(codec: int, payload: memoryview, cap: int) -> Generator[bytes | memoryview, None, None]:
-    if codec == CODEC_LZ4:
-        return _lz4_chunks(payload, cap)
-    if codec == CODEC_ZSTD:
-        return _zstd_chunks(payload, cap) if _one_whole_zstd_frame(payload) else _zstd_pieces(payload, cap)
-    if codec == CODEC_GZIP:
-        return _gzip_chunks(payload, cap)
-    return _snappy_chunks(payload, cap)
-
-
-def _no_chunks() -> Generator[bytes, None, None]:
-    yield from ()
-
-
-def _lz4_chunks(payload: memoryview, cap: int) -> Iterator[bytes]:
-    """_unlz4's decoding and checks, one `_STREAM_CHUNK` at a time, on the thread's reused context
-    (LZ4FrameDecompressor copies its unread input at every call; decompress_chunk reads a view)."""
-    import lz4.frame
-
-    ctx = getattr(_local, "lz4", None)
-    if ctx is None:
-        ctx = _local.lz4 = lz4.frame.create_decompression_context()
-    lz4.frame.reset_decompression_context(ctx)  # a previous batch may have failed mid-frame
-    pos, n, total = 0, len(payload), 0
-    while True:
-        chunk, read, eof = lz4.frame.decompress_chunk(ctx, payload[pos:], max_length=_STREAM_CHUNK)
-        pos += read
-        total += len(chunk)
-        if total > cap:
-            raise _too_big(cap)
-        yield chunk
-        if eof:
-            return
-        if pos >= n:  # all input read, frame not ended (LZ4FrameDecompressor's needs_input)
-            raise CorruptRecordsError("Failed to decompress record stream: truncated lz4 frame")
-
-
-def _zstd_chunks(payload: memoryview, cap: int) -> Iterator[bytes]:
-    """_unzstd's decoding of a payload that is one whole frame (`_one_whole_zstd_frame`: so the
-    truncation and next-frame checks cannot fire) with its cap checks, in pieces of at most
-    `_STREAM_CHUNK`: read_to_iter bounds its output per step, so the input need not be cut into the
-    2 KiB slices _zstd_pieces feeds (each a call that drops and retakes the GIL)."""
-    import zstandard
-
-    if zstandard.frame_content_size(payload) > cap:
-        raise _too_big(cap)
-    dctx = getattr(_local, "zstd", None)
-    if dctx is None:
-        dctx = _local.zstd = zstandard.ZstdDecompressor()
-    total = 0
-    for chunk in dctx.read_to_iter(payload, read_size=len(payload), write_size=_STREAM_CHUNK):
-        total += len(chunk)
-        if total > cap:
-            raise _too_big(cap)
-        yield chunk
-
-
-_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-
-
-def _one_whole_zstd_frame(payload: memoryview) -> bool:
-    """Whether ``payload`` is exactly one zstd frame, every block present (RFC 8878 section 3.1.1:
-    the header's field sizes, then 3-byte block headers up to the last block, then the checksum);
-    the blocks' contents are not read. False for anything else (several frames, skippable frames,
-    truncated or malformed structure), which _zstd_pieces then decodes as it always has."""
-    n = len(payload)
-    if n < 6 or payload[:4] != _ZSTD_MAGIC:
-        return False
-    fhd = payload[4]
-    if fhd & 0x08:  # reserved bit
-        return False
-    single_segment = fhd & 0x20
-    fcs_size = (0, 2, 4, 8)[fhd >> 6] or (1 if single_segment else 0)
-    pos = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[fhd & 3] + fcs_size
-    while pos + 3 <= n:
-        header = payload[pos] | payload[pos + 1] << 8 | payload[pos + 2] << 16
-        kind = (header >> 1) & 3
-        if kind == 3:  # reserved block type
-            return False
-        pos += 3 + (1 if kind == 1 else header >> 3)  # an RLE block stores one byte
-        if header & 1:  # the last block
-            return pos + (4 if fhd & 0x04 else 0) == n
-    return False
-
-
-def _gzip_chunks(payload: memoryview, cap: int) -> Iterator[bytes]:
-    """_gunzip's decoding and checks, one `_STREAM_CHUNK` at a time."""
-    total = 0
-    data: bytes | memoryview = payload
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    while True:
-        chunk = d.decompress(data, _STREAM_CHUNK)
-        total += len(chunk)
-        if total > cap:
-            raise _too_big(cap)
-        yield chunk
-        data = d.unconsumed_tail
-        if d.eof:
-            rest = d.unused_data
-            if len(rest) >= 2 and rest[0] == 0x1F and rest[1] == 0x8B:
-                d, data = zlib.decompressobj(16 + zlib.MAX_WBITS), rest
-                continue
-            return
-        if not chunk and not data:
             raise CorruptRecordsError("Failed to decompress record stream: truncated gzip data")
 
 

@@ -360,3 +360,24 @@ def test_streamed_pieces_join_to_the_one_buffer_output():
                     RV.decompress(codec, view, len(want) - 1)
                 with pytest.raises(B.InvalidBatchError):
                     b"".join(RV._stream_chunks(codec, view, len(want) - 1))
+
+
+@compiled
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
+def test_output_past_the_cap_is_refused_without_a_second_decoding(codec, monkeypatch):
+    """A batch whose records decompress past the cap gets the cap's CORRUPT_MESSAGE error from the
+    streaming pass itself: the payload is not decoded again into one buffer of up to the cap."""
+    if RV._recwalk is None:
+        pytest.skip("KBROKERTEST_PURE_PYTHON_WALK=1: only the one-buffer path")
+    n = 20_000
+    section = b"".join(FB.record(i, None, b"v" * 100) for i in range(n))
+    batch = FB.assemble(FB.compress(codec, section), n, attributes=codec)
+    cap = len(section) // 3
+    ref = _outcome(REF.validate_records, batch, B.parse_header(batch), max_decompressed=cap)
+    assert ref == ("CorruptRecordsError", f"Decompressed records exceed {cap} bytes (the broker's limit per batch)")
+
+    def one_buffer(*_a, **_k):
+        raise AssertionError("decoded a second time")
+
+    monkeypatch.setattr(RV, "decompress", one_buffer)
+    assert _outcome(RV.validate_records, batch, B.parse_header(batch), max_decompressed=cap) == ref
