@@ -14,10 +14,11 @@ compiled walk this is one streaming pass: each decompressed piece (at most 64 Ki
 block, decoded into a buffer the thread reuses) is walked by `_recwalk.Walker`, which carries a
 record that straddles two pieces over without copying it, and dropped; the output is never joined,
 and no large buffer is allocated per batch (a fresh 1 MB buffer costs a page fault per 4 KiB, more
-than lz4 takes to fill it). On any failure (invalid records, undecodable payload, cap) the
-one-buffer path reruns (`decompress`, then the Python walk), so errors are exactly its own. Without
-the compiled walk the one-buffer path is the only one; its output (at most the cap) is held while
-it is walked.
+than lz4 takes to fill it, unless malloc is tuned: broker.malloc_tuning). When the records are
+invalid or the payload does not decode, the one-buffer path reruns (`decompress`, then the Python
+walk), so errors are exactly its own; output past the cap is refused at once (see _walk_streaming).
+Without the compiled walk the one-buffer path is the only one; its output (at most the cap) is
+held while it is walked.
 
 The walk is compiled when it can be: `storage._recwalk` (storage/_recwalk.c, an optional extension
 that setup.py builds when a C compiler is present) walks the request's buffer in place, about 100x
