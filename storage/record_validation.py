@@ -393,6 +393,8 @@ def _lz4_chunks(payload: memoryview, cap: int) -> Iterator[bytes]:
             return
         if pos >= n:  # all input read, frame not ended (LZ4FrameDecompressor's needs_input)
             raise CorruptRecordsError("Failed to decompress record stream: truncated lz4 frame")
+        if not read and not chunk:  # no progress: never loop on it (the one-buffer path decides)
+            raise CorruptRecordsError("Failed to decompress record stream: lz4 frame makes no progress")
 
 
 def _zstd_chunks(payload: memoryview, cap: int) -> Iterator[bytes]:
