@@ -58,6 +58,10 @@ except ImportError:
     _recwalk = None
 if os.environ.get("KBROKERTEST_PURE_PYTHON_WALK"):
     _recwalk = None
+if _recwalk is not None and not hasattr(_recwalk, "Walker"):
+    # A build from before the streaming walk (e.g. a tree updated without reinstalling): its
+    # whole-buffer walk is still good, the Python path serves compressed batches.
+    _recwalk = None
 
 CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD = 0, 1, 2, 3, 4
 
