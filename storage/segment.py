@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage import batch as rb
+from storage import write_behind
 from storage.checkpoints import fsync_file
 from storage.offset_index import IndexCorruptError, OffsetIndex
 from storage.time_index import TimeIndex
@@ -207,6 +208,9 @@ class Segment:
         self.last_index_pos = 0
         self.dirty = new  # data written since the last fsync
         self.closed = False
+        # storage.write_behind: bytes handed over for writeback / dropped from the page cache so
+        # far. A loaded segment's bytes are left to the OS (they may be old, cached or not).
+        self.wb_pos = self.drop_pos = self.size
 
     # --- creation / loading -----------------------------------------------------------------
 
@@ -306,6 +310,8 @@ class Segment:
         self.offset_index.flush()
         self.time_index.flush()
         self.dirty = True
+        self.wb_pos = min(self.wb_pos, self.size)
+        self.drop_pos = min(self.drop_pos, self.size)
         return truncated
 
     def _index_batch(self, header: rb.BatchHeader, pos: int) -> None:
@@ -370,6 +376,23 @@ class Segment:
         last = headers[-1]
         self.next_offset = last.base_offset + last.last_offset_delta + 1
         self.dirty = True
+        if self.size - self.wb_pos >= write_behind.CHUNK:
+            self._write_behind()
+
+    def _write_behind(self) -> None:
+        """Hand the bytes appended since the last call to storage.write_behind (writeback starts
+        now, off the loop), with the range that fell more than CACHE_WINDOW behind the end to drop
+        from the page cache once written."""
+        size = self.size
+        drop_end = size - write_behind.CACHE_WINDOW
+        drop_start = self.drop_pos
+        if drop_end <= drop_start:
+            drop_start = drop_end = 0
+        else:
+            self.drop_pos = drop_end
+        # Not queued (queue full): the kernel's flusher writes the range back as it otherwise would.
+        write_behind.instance().submit(self.log_path, self.wb_pos, size, drop_start, drop_end)
+        self.wb_pos = size
 
     # --- reads ------------------------------------------------------------------------------
 
