@@ -384,7 +384,8 @@ class Segment:
         now, off the loop), with the range that fell more than CACHE_WINDOW behind the end to drop
         from the page cache once written."""
         size = self.size
-        drop_end = size - write_behind.CACHE_WINDOW
+        # Page-aligned, so that consecutive drops meet without leaving a page between them cached.
+        drop_end = (size - write_behind.CACHE_WINDOW) & ~(write_behind.PAGE - 1)
         drop_start = self.drop_pos
         if drop_end <= drop_start:
             drop_start = drop_end = 0

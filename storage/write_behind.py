@@ -37,7 +37,7 @@ log = logging.getLogger("storage.write_behind")
 
 CHUNK = 8 << 20  # start writeback once this many appended bytes are not yet handed over
 CACHE_WINDOW = 256 << 20  # bytes behind a segment's end kept in the page cache
-_PAGE = 4096
+PAGE = 4096  # page-cache granularity of the drops (segment.py aligns to it)
 
 _SFR_WAIT_BEFORE, _SFR_WRITE, _SFR_WAIT_AFTER = 1, 2, 4
 
@@ -108,8 +108,8 @@ class WriteBehind:
             if write_end > write_start:
                 sfr(fd, write_start, write_end - write_start, _SFR_WRITE)
             # Whole pages only: a partial page at either end stays cached.
-            start = -(-drop_start // _PAGE) * _PAGE
-            end = drop_end // _PAGE * _PAGE
+            start = -(-drop_start // PAGE) * PAGE
+            end = drop_end // PAGE * PAGE
             if end > start:
                 # Wait for that range to be on disk (it was handed over CACHE_WINDOW ago, so this
                 # rarely waits), then drop it: only clean pages are dropped.
