@@ -137,7 +137,7 @@ def segment_files(data: Path | None) -> tuple[set[str], set[str]]:
             for e in os.scandir(d.path):
                 if e.name.endswith(".log"):
                     logs.add(f"{d.name}/{e.name}")
-                elif e.name.endswith(".deleted"):
+                elif e.name.endswith(".log.deleted"):  # one per segment (its indexes are renamed too)
                     deleted.add(f"{d.name}/{e.name}")
     except OSError:
         pass
@@ -150,7 +150,7 @@ def thread_sys(pid: int | None) -> float:
     if pid is None:
         return 0.0
     try:
-        with open(f"/proc/{pid}/task/{pid}/stat") as f:
+        with open(f"/proc/{os.getpid() if pid == threading.get_native_id() else pid}/task/{pid}/stat") as f:
             return int(f.read().rsplit(")", 1)[1].split()[12]) / _TICK
     except (OSError, ValueError, IndexError):
         return 0.0
@@ -518,6 +518,13 @@ def write_report(results: dict[str, Any], out: Path, notes: str) -> Path:
                      f"{null['min_s']:.0f}.")
         lines.append("")
     lines += summary_rows(results)
+    if results.get("write_path"):
+        lines += ["", "The storage write path alone (`Log.append` of 1 MiB batches in the benchmark process, no broker, "
+                  "no client; alternating runs into fresh logs):", "",
+                  "| run | write-behind | MB/s | kernel ms per MB (write()) | Dirty max MB | load1 |", "|---|---|---|---|---|---|"]
+        for i, r in enumerate(results["write_path"]):
+            lines.append(f"| {i + 1} | {'on' if r['write_behind'] else 'off'} | {r['mb_per_s']:.0f} | "
+                         f"{r['sys_ms_per_mb']:.2f} | {r['dirty_max_mb']:.0f} | {r['load1']:.2f} |")
     lines += ["", f"![per-second throughput]({img})", ""]
     if notes:
         lines += [notes, ""]
@@ -527,6 +534,51 @@ def write_report(results: dict[str, Any], out: Path, notes: str) -> Path:
     path = out / "disk_steady.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def write_path(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The storage write path alone, in this process, without broker or client: storage.log.Log.append
+    of ~1 MiB batches (1 KiB values) for ``--write-path-seconds``, with storage.write_behind on and
+    off alternately, each run into a fresh log that is deleted afterwards. Measures MB/s, and the
+    kernel CPU per MB of the appending thread (write(): page-cache allocation and copy), which is
+    the event loop's share of a produce that the broker cannot make cheaper by itself."""
+    import shutil
+
+    from storage import batch as rb
+    from storage import write_behind
+    from storage.log import Log
+    from storage.log_config import LogConfig
+
+    wb = write_behind.instance()
+    available = wb.enabled
+    tmpl = bytes(rb.build_batch([(None, os.urandom(args.size))] * 1000, timestamp_ms=1))
+    out = []
+    for i in range(2 * args.write_path_rounds):
+        on = i % 2 == 1 and available
+        wb.enabled = on
+        d = Path(tempfile.mkdtemp(prefix="disk-steady-wp-", dir=args.data_dir)) / "wp-0"
+        lg = Log.open(d, LogConfig())
+        sys0, dirty = thread_sys(threading.get_native_id()), 0.0
+        t0 = time.monotonic()
+        n = 0
+        while time.monotonic() - t0 < args.write_path_seconds:
+            buf = bytearray(tmpl)
+            lg.append(buf, list(rb.iter_headers(buf)), leader_epoch=0, now_ms=10_000)
+            n += len(tmpl)
+            if n % (64 << 20) < len(tmpl):
+                dirty = max(dirty, meminfo().get("Dirty", 0) / MB)
+        wall = time.monotonic() - t0
+        ksys = thread_sys(threading.get_native_id()) - sys0
+        wb.wait_idle()
+        lg.close()
+        shutil.rmtree(d.parent, ignore_errors=True)
+        r = {"write_behind": on, "mb_per_s": n / wall / MB, "sys_ms_per_mb": 1e3 * ksys / (n / MB),
+             "dirty_max_mb": dirty, "load1": os.getloadavg()[0]}
+        out.append(r)
+        print(f"write path, write-behind {'on ' if on else 'off'}: {r['mb_per_s']:6.0f} MB/s  kernel "
+              f"{r['sys_ms_per_mb']:.2f} ms/MB  Dirty max {dirty:.0f} MB  load {r['load1']:.2f}", flush=True)
+    wb.enabled = available
+    return out
 
 
 def git(*cmd: str) -> str:
@@ -550,9 +602,18 @@ def main() -> int:
     ap.add_argument("--retention-check-ms", type=int, default=5000)
     ap.add_argument("--delete-delay-ms", type=int, default=5000)
     ap.add_argument("--out", type=Path, default=HERE / "results")
-    ap.add_argument("--notes", default="")
+    ap.add_argument("--notes", default="", help="text (Markdown) for the report, after the chart")
+    ap.add_argument("--notes-file", type=Path, help="the same, from a file")
     ap.add_argument("--allow-tmpfs", action="store_true")
+    ap.add_argument("--write-path-rounds", type=int, default=3,
+                    help="pairs of in-process Log.append runs, write-behind off/on (0: skip)")
+    ap.add_argument("--write-path-seconds", type=float, default=8)
+    ap.add_argument("--write-path-only", action="store_true", help="only the write-path runs; merged into "
+                    "the JSON already in --out, report rewritten")
+    ap.add_argument("--report-only", action="store_true", help="rewrite the report from the JSON in --out")
     args = ap.parse_args()
+    if args.notes_file:
+        args.notes = args.notes_file.read_text()
     args.data_dir.mkdir(parents=True, exist_ok=True)
     fs, src = fs_type(args.data_dir)
     if fs in ("tmpfs", "ramfs") and not args.allow_tmpfs:
@@ -572,7 +633,16 @@ def main() -> int:
         "delete_delay_ms": args.delete_delay_ms, "before": str(trees.get("before", "-")),
         "after": str(trees["after"]),
     }, "null": None, "rounds": []}
+    if args.report_only or args.write_path_only:
+        saved = json.loads((args.out / "disk_steady.json").read_text())
+        if args.write_path_only:
+            saved["write_path"] = write_path(args)
+        print(f"report: {write_report(saved, args.out, args.notes or saved['meta'].get('notes', ''))}")
+        return 0
+    results["meta"]["notes"] = args.notes
     print(f"log dirs under {args.data_dir} ({fs} on {src}); load {os.getloadavg()}", flush=True)
+    if args.write_path_rounds > 0:
+        results["write_path"] = write_path(args)
     if args.null_seconds > 0:
         results["null"] = run_null(args, dev)
         print(line("null", results["null"]), flush=True)
