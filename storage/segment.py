@@ -636,8 +636,13 @@ class Segment:
         self.txn_index.rename(self.dir / (prefix + TXN_INDEX_SUFFIX + new_suffix))
         self.suffix = new_suffix
 
-    def delete_files(self) -> None:
+    def delete_files(self, *, background: bool = False) -> None:
+        """Close and remove the segment's files; with ``background`` the unlinks run on the
+        write-behind thread (storage.write_behind.unlink), not in the caller."""
         self.close_fd()
+        if background:
+            write_behind.instance().unlink(self.all_paths())
+            return
         for p in self.all_paths():
             try:
                 p.unlink()

@@ -1,5 +1,6 @@
 """Write-behind for segment files: start the writeback of appended bytes early, in small steps, and
-drop them from the page cache once they are on disk and a window behind the segment's end.
+drop them from the page cache once they are on disk and a window behind the segment's end; and
+remove the files of deleted segments, all on one daemon thread instead of the event loop.
 
 Why (issue 32, benchmarks/results/disk_steady.md): appends are plain buffered ``os.write`` calls on
 the event loop, and Kafka leaves the rest to the OS. Left alone, the page cache grows into memory
@@ -31,6 +32,7 @@ import logging
 import os
 import queue
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger("storage.write_behind")
@@ -58,7 +60,7 @@ class WriteBehind:
     def __init__(self, maxsize: int = 1024) -> None:
         self._sfr = _sync_file_range()
         self.enabled = self._sfr is not None and hasattr(os, "posix_fadvise")
-        self._queue: queue.Queue[tuple[Path, int, int, int, int]] = queue.Queue(maxsize)
+        self._queue: queue.Queue[Callable[[], None]] = queue.Queue(maxsize)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.skipped = 0  # items dropped because the queue was full
@@ -70,13 +72,24 @@ class WriteBehind:
         when the item was not queued (disabled, or the queue is full)."""
         if not self.enabled:
             return False
+        return self._put(lambda: self._do(path, write_start, write_end, drop_start, drop_end))
+
+    def unlink(self, paths: list[Path]) -> None:
+        """Remove files off the loop: the unlink of a segment's last link frees its blocks, and on
+        ext4 mounted with ``discard`` the unlinking thread then waits for the device's discards
+        (seen as the event loop blocked in submit_bio_wait for up to 0.7 s while retention removed
+        1 GiB segments). Done here when the queue is full, so a file is never left behind."""
+        if not self._put(lambda: _unlink(paths)):
+            _unlink(paths)
+
+    def _put(self, job: Callable[[], None]) -> bool:
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._run, name="write-behind", daemon=True)
                     self._thread.start()
         try:
-            self._queue.put_nowait((path, write_start, write_end, drop_start, drop_end))
+            self._queue.put_nowait(job)
         except queue.Full:
             self.skipped += 1
             return False
@@ -88,11 +101,11 @@ class WriteBehind:
 
     def _run(self) -> None:
         while True:
-            item = self._queue.get()
+            job = self._queue.get()
             try:
-                self._do(*item)
+                job()
             except Exception:  # a hint failing must never stop the thread
-                log.exception("write-behind of %s failed", item[0])
+                log.exception("write-behind job failed")
             finally:
                 self.done += 1
                 self._queue.task_done()
@@ -117,6 +130,14 @@ class WriteBehind:
                 os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
+
+
+def _unlink(paths: list[Path]) -> None:
+    for p in paths:
+        try:
+            p.unlink()
+        except FileNotFoundError:
+            pass
 
 
 _INSTANCE = WriteBehind()

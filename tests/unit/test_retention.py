@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from storage import batch as rb
+from storage import write_behind
 from storage.log import Log, OffsetOutOfRangeError
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
@@ -114,6 +115,30 @@ def test_file_delete_delay(tmp_path: Path) -> None:
     assert len(list(d.glob("*.log.deleted"))) == n
     assert lg.delete_expired_files(1000 + 59_999) == 0
     assert lg.delete_expired_files(1000 + 60_000) == n
+    write_behind.instance().wait_idle()  # the unlinks run there, off the caller's thread
+    assert not list(d.glob("*.deleted"))
+    lg.close()
+
+
+def test_expired_files_are_unlinked_off_the_calling_thread(tmp_path: Path) -> None:
+    """Removing a deleted segment's files (which, on ext4 with discard, waits for the device) runs on
+    the write-behind thread: delete_expired_files returns with the files closed and queued."""
+    import threading
+
+    d = tmp_path / "t-0"
+    lg = Log.open(d, _cfg(retention_ms=0, file_delete_delay_ms=60_000))
+    for i in range(20):
+        _append(lg, ts=i)
+    n = lg.apply_retention(1000)
+    gate = threading.Event()
+    wb = write_behind.instance()
+    wb._put(gate.wait)  # hold the thread: nothing queued after this runs until the gate opens
+    try:
+        assert lg.delete_expired_files(1000 + 60_000) == n
+        assert len(list(d.glob("*.log.deleted"))) == n  # not removed by the caller
+    finally:
+        gate.set()
+    wb.wait_idle()
     assert not list(d.glob("*.deleted"))
     lg.close()
 
