@@ -459,8 +459,9 @@ def chart(results: dict[str, Any], out: Path) -> str:
 def summary_rows(results: dict[str, Any]) -> list[str]:
     ceiling = results["null"]["mb_per_s"] if results.get("null") else None
     rows = ["| round | tree | mean MB/s | fraction of ceiling | median second | slowest second | seconds < 0.7×ceiling "
-            "| rolls / deletes / unlinks | max loop lag ms | mean load1 | mean machine cores busy |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+            "| rolls / deletes / unlinks | max loop lag ms | loop blocked in the kernel: mean / worst second "
+            "| loop waiting for a CPU (mean) | mean load1 | mean machine cores busy |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for rnd, runs in enumerate(results["rounds"]):
         for name, res in runs.items():
             s = res["samples"]
@@ -471,7 +472,9 @@ def summary_rows(results: dict[str, Any]) -> list[str]:
                 f"| {rnd + 1}{' (warm-up)' if rnd == 0 else ''} | {name} | {res['mb_per_s']:.0f} | {frac} | "
                 f"{res['median_s']:.0f} | {res['min_s']:.0f} | {below} | "
                 f"{sum(x['rolls'] for x in s)} / {sum(x['deletes'] for x in s)} / {sum(x['unlinks'] for x in s)} | "
-                f"{lag:.0f} | {statistics.fmean(x['load1'] for x in s):.2f} | "
+                f"{lag:.0f} | {statistics.fmean(x['loop_blocked'] for x in s):.3f} / "
+                f"{max(x['loop_blocked'] for x in s):.2f} | {statistics.fmean(x['loop_cpu_wait'] for x in s):.2f} | "
+                f"{statistics.fmean(x['load1'] for x in s):.2f} | "
                 f"{statistics.fmean(x['machine_cores'] for x in s):.2f} |")
     return rows
 
