@@ -570,7 +570,12 @@ class Log:
         else:
             active.on_become_inactive()
             self._roll_flush_offset = new_base
-        self._add_segment(self._new_segment(new_base, now))
+        new = self._new_segment(new_base, now)
+        if active.size:
+            # Write-behind: the old segment's tail leaves the page cache once the new one is
+            # CACHE_WINDOW long, as it would have had the segment gone on (storage/write_behind.py).
+            new.predecessor_tail = active.undropped_tail()
+        self._add_segment(new)
         if self.producer_state is not None:
             # Unsynced, as Kafka does at a roll: the flush that covers new_base fsyncs it (and
             # the dir, dirty from the new segment) off the loop.

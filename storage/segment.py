@@ -211,6 +211,9 @@ class Segment:
         # storage.write_behind: bytes handed over for writeback / dropped from the page cache so
         # far. A loaded segment's bytes are left to the OS (they may be old, cached or not).
         self.wb_pos = self.drop_pos = self.size
+        # The previous active segment's un-dropped tail (path, start, end), dropped once this one
+        # is CACHE_WINDOW long: set by Log.roll.
+        self.predecessor_tail: tuple[Path, int, int] | None = None
 
     # --- creation / loading -----------------------------------------------------------------
 
@@ -387,13 +390,25 @@ class Segment:
         # Page-aligned, so that consecutive drops meet without leaving a page between them cached.
         drop_end = (size - write_behind.CACHE_WINDOW) & ~(write_behind.PAGE - 1)
         drop_start = self.drop_pos
+        wb = write_behind.instance()
         if drop_end <= drop_start:
             drop_start = drop_end = 0
         else:
             self.drop_pos = drop_end
+            tail, self.predecessor_tail = self.predecessor_tail, None
+            if tail is not None:  # the last segment's end is now more than CACHE_WINDOW behind too
+                wb.submit(tail[0], 0, 0, tail[1], tail[2])
         # Not queued (queue full): the kernel's flusher writes the range back as it otherwise would.
-        write_behind.instance().submit(self.log_path, self.wb_pos, size, drop_start, drop_end)
+        wb.submit(self.log_path, self.wb_pos, size, drop_start, drop_end)
         self.wb_pos = size
+
+    def undropped_tail(self) -> tuple[Path, int, int] | None:
+        """At a roll: the range appended by this process and not yet dropped from the page cache
+        (None if none), for the next segment to drop once it is CACHE_WINDOW long. Its writeback
+        needs no start here: the flush that follows a roll fsyncs the segment."""
+        if self.drop_pos >= self.size:
+            return None
+        return self.log_path, self.drop_pos, self.size
 
     # --- reads ------------------------------------------------------------------------------
 

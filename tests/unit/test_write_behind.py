@@ -90,6 +90,22 @@ def test_appends_are_handed_over_and_old_pages_dropped(tmp_path: Path, small_win
     lg.close()
 
 
+@pytest.mark.skipif(not write_behind.instance().enabled, reason="no sync_file_range on this platform")
+def test_a_rolled_segments_tail_is_dropped_once_the_next_is_a_window_long(tmp_path: Path, small_window: None) -> None:
+    lg = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=512 * 1024))
+    append_kib(lg, 512 + 128)
+    first = lg.segments[0]
+    assert len(lg.segments) == 2 and lg.segments[1].predecessor_tail == (first.log_path, first.drop_pos, first.size)
+    append_kib(lg, 320)  # the new active segment passes WINDOW: the first one's tail goes too
+    assert lg.segments[1].predecessor_tail is None
+    write_behind.instance().wait_idle()
+    if on_tmpfs(tmp_path):
+        pytest.skip("tmpfs pages cannot leave the page cache")
+    pages = resident_pages(first.log_path)
+    assert sum(pages) <= len(pages) // 10, f"{sum(pages)} of {len(pages)} pages of the rolled segment still cached"
+    lg.close()
+
+
 def test_loaded_segment_is_left_alone_and_truncation_rewinds(tmp_path: Path, small_window: None) -> None:
     lg = Log.open(tmp_path / "t-0", LogConfig())
     append_kib(lg, 512)
