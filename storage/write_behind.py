@@ -5,12 +5,12 @@ remove the files of deleted segments, all on one daemon thread instead of the ev
 Why (issue 32, benchmarks/results/disk_steady.md): appends are plain buffered ``os.write`` calls on
 the event loop, and Kafka leaves the rest to the OS. Left alone, the page cache grows into memory
 never used before, and on the benchmark VM a never-used (or returned-to-the-host) page costs a
-hypervisor fault on first touch: the same ``write`` took 3-5x more kernel time per MB once the
-cache grew (220-420 MB/s for a plain writer against 1.3-2.9 GB/s for one that recycles its pages),
-and the dirty backlog built up to dirty_background_ratio before the kernel flusher wrote it in
-bursts that contend with the appender for the inode. Writing back every CHUNK as it fills and
-dropping what lies more than CACHE_WINDOW behind the end keeps the broker's cache footprint small
-and recycled, and the dirty backlog a few chunks deep.
+hypervisor fault on first touch: the same ``write`` took 2-6x the kernel time per MB once the
+cache grew (0.35-1.2 ms against 0.19-0.20 ms per MB; benchmarks/results/disk_steady.md), and the
+dirty backlog built up to dirty_background_ratio (~2 GB) before the kernel flusher wrote it in
+bursts. Writing back every CHUNK as it fills and dropping what lies more than CACHE_WINDOW behind
+the end keeps the broker's cache footprint small and recycled, and the dirty backlog well below
+the kernel's thresholds.
 
 Durability is unchanged and stays Kafka's: no fsync on append. ``sync_file_range`` only starts (or
 waits for) writeback and promises nothing; fsync at flush/roll remains what advances the recovery
