@@ -124,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         from broker.malloc_tuning import tune_malloc
 
         tune_malloc()
+    from storage import write_behind
+
+    write_behind.configure(int(config.get("kbroker.log.cache.window.bytes")))
     try:
         import uvloop
 

@@ -387,8 +387,9 @@ class Segment:
         now, off the loop), with the range that fell more than CACHE_WINDOW behind the end to drop
         from the page cache once written."""
         size = self.size
+        window = write_behind.CACHE_WINDOW
         # Page-aligned, so that consecutive drops meet without leaving a page between them cached.
-        drop_end = (size - write_behind.CACHE_WINDOW) & ~(write_behind.PAGE - 1)
+        drop_end = (size - window) & ~(write_behind.PAGE - 1) if window >= 0 else 0
         drop_start = self.drop_pos
         wb = write_behind.instance()
         if drop_end <= drop_start:

@@ -22,7 +22,7 @@ item is dropped: the kernel's flusher then does that range's writeback as it wou
 
 Departure from Kafka: data more than CACHE_WINDOW behind a segment's end leaves the page cache
 once written, so a consumer reading that far behind reads from disk (Kafka keeps it cached until
-memory pressure evicts it).
+memory pressure evicts it). ``kbroker.log.cache.window.bytes=-1`` keeps Kafka's behaviour.
 """
 
 from __future__ import annotations
@@ -38,7 +38,9 @@ from pathlib import Path
 log = logging.getLogger("storage.write_behind")
 
 CHUNK = 8 << 20  # start writeback once this many appended bytes are not yet handed over
-CACHE_WINDOW = 256 << 20  # bytes behind a segment's end kept in the page cache
+# Bytes behind a segment's end kept in the page cache; negative: written data is never dropped
+# (Kafka's behaviour). Set once at broker start from kbroker.log.cache.window.bytes (configure).
+CACHE_WINDOW = 256 << 20
 PAGE = 4096  # page-cache granularity of the drops (segment.py aligns to it)
 
 _SFR_WAIT_BEFORE, _SFR_WRITE, _SFR_WAIT_AFTER = 1, 2, 4
@@ -141,6 +143,13 @@ def _unlink(paths: list[Path]) -> None:
 
 
 _INSTANCE = WriteBehind()
+
+
+def configure(cache_window: int) -> None:
+    """kbroker.log.cache.window.bytes: how much of a segment's written tail stays cached; < 0 never
+    drops written data from the page cache (the writeback hints stay on)."""
+    global CACHE_WINDOW
+    CACHE_WINDOW = cache_window
 
 
 def instance() -> WriteBehind:

@@ -340,6 +340,13 @@ _BROKER_DEFS: list[ConfigDef] = [
        "kbroker extension: how long a stop (SIGTERM/SIGINT) may take. Past it the process logs an error and "
        "exits with code 1 without a clean-shutdown marker (the next start recovers the logs).",
        at_least(1)),
+    _b("kbroker.log.cache.window.bytes", "long", 256 << 20,
+       "kbroker extension: how much of each segment's newest written bytes stays in the page cache. Appended "
+       "bytes are handed to the kernel for writeback every 8 MiB; once written, what lies further behind the "
+       "segment's end is dropped from the page cache, so the cache does not grow into never-used memory and "
+       "the dirty backlog stays small (storage/write_behind.py). A consumer reading further behind reads from "
+       "disk. -1 never drops written data (Kafka's behaviour); durability is the same either way.",
+       at_least(-1)),
     _b("kbroker.malloc.tuning", "boolean", True,
        "kbroker extension: at start, set glibc malloc's mmap and trim thresholds (32 MiB, 128 MiB) so that "
        "request and response buffers of up to 32 MiB are reused from the heap instead of being mapped and "

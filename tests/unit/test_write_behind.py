@@ -133,3 +133,23 @@ def test_a_file_gone_meanwhile_is_skipped(tmp_path: Path) -> None:
     wb.wait_idle()
     assert wb.done == 2
     assert f.read_bytes() == b"x" * (3 * PAGE)
+
+
+
+@pytest.mark.skipif(not write_behind.instance().enabled, reason="no sync_file_range on this platform")
+def test_a_negative_cache_window_keeps_written_data_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kbroker.log.cache.window.bytes=-1: Kafka's behaviour, written data stays in the page cache;
+    the writeback hints still run."""
+    monkeypatch.setattr(write_behind, "CHUNK", CHUNK)
+    write_behind.configure(-1)
+    monkeypatch.setattr(write_behind, "CACHE_WINDOW", -1)  # restored after the test
+    lg = Log.open(tmp_path / "t-0", LogConfig())
+    seg = lg.active_segment
+    append_kib(lg, 1024)
+    assert seg.size - seg.wb_pos < CHUNK  # handed over for writeback
+    assert seg.drop_pos == 0
+    write_behind.instance().wait_idle()
+    if not on_tmpfs(tmp_path):
+        pages = resident_pages(seg.log_path)
+        assert sum(pages) >= len(pages) * 9 // 10, f"only {sum(pages)} of {len(pages)} pages cached"
+    lg.close()
