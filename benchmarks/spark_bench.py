@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,8 +57,8 @@ generated in memory, spark_jobs/noop.py) -> the exactly-once sink; `source-to-no
 -> a no-op sink; `noop-to-noop` = the Python Data Source API's own ceiling. One row per run,
 newest last; the load average shows how busy the machine was.
 
-| date (UTC) | commit | host | load avg | records × size | per batch | sink | batches | steady rec/s | end-to-end rec/s |
-|---|---|---|---|---|---|---|---|---|---|
+| date (UTC) | commit | host | load avg | records × size | per batch | sink | batches | steady rec/s | end-to-end rec/s | CPU µs/record |
+|---|---|---|---|---|---|---|---|---|---|---|
 """
 
 
@@ -96,6 +97,37 @@ CEILING = {
 ALL_MODES = [*MODES, *CEILING]
 
 
+def tree_cpu_seconds(root: int) -> float:
+    """User + system CPU time of process ``root`` and all its descendants (with their reaped children).
+
+    The run's own CPU cost, which the other jobs on a shared machine do not change: the Spark JVM,
+    its Python workers and planners, and the broker are all descendants of this process.
+    """
+    parents: dict[int, int] = {}
+    times: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        pid = int(entry)
+        parents[pid] = int(fields[1])
+        times[pid] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += times.get(pid, 0)
+        todo.extend(children.get(pid, ()))
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def run_query(spark: Any, bootstrap: str, src: str, dst: str, checkpoint: str, per_batch: int,
               sink_options: dict[str, str], *, source: str = "kbroker", sink: str = "kbroker",
               noop_rows: int = 0, size: int = 100) -> dict[str, Any]:
@@ -106,6 +138,7 @@ def run_query(spark: Any, bootstrap: str, src: str, dst: str, checkpoint: str, p
           .option("rows", str(noop_rows)).option("size", str(size))
           .option("maxOffsetsPerTrigger", str(per_batch)).load())
     started = time.monotonic()
+    cpu0 = tree_cpu_seconds(os.getpid())
     w = (transform(df).writeStream.format(sink).option("kafka.bootstrap.servers", bootstrap)
          .option("topic", dst).option("checkpointLocation", checkpoint).trigger(availableNow=True))
     for key, value in sink_options.items():
@@ -113,6 +146,7 @@ def run_query(spark: Any, bootstrap: str, src: str, dst: str, checkpoint: str, p
     q = w.start()
     q.awaitTermination()
     wall = time.monotonic() - started
+    cpu = tree_cpu_seconds(os.getpid()) - cpu0
     progress = [p for p in q.recentProgress if p["numInputRows"]]
     if os.environ.get("SPARK_BENCH_VERBOSE"):
         for p in progress:  # where each micro-batch's time went (latestOffset, addBatch, walCommit, ...)
@@ -121,7 +155,32 @@ def run_query(spark: Any, bootstrap: str, src: str, dst: str, checkpoint: str, p
     steady = progress[1:] or progress
     steady_ms = sum(p["durationMs"]["triggerExecution"] for p in steady)
     return {"rows": rows, "batches": len(progress), "wall": wall,
-            "steady": sum(p["numInputRows"] for p in steady) / (steady_ms / 1000), "end_to_end": rows / wall}
+            "steady": sum(p["numInputRows"] for p in steady) / (steady_ms / 1000), "end_to_end": rows / wall,
+            "cpu_us": cpu / max(1, rows) * 1e6}
+
+
+def run_mode(spark: Any, bootstrap: str, src: str, tmp: str, name: str, args: argparse.Namespace,
+             rnd: int) -> dict[str, Any]:
+    """One query of mode ``name`` over the input topic ``src``, its output checked."""
+    dst = f"{src}-out-{name}-{rnd}"
+    if name == "2pc":  # the gate needs the output's partitions; a 2pc warm-up too
+        for topic in (dst, f"{src}-warmup-out-2pc-{rnd}"):
+            create_topic(bootstrap, topic)
+        run_query(spark, bootstrap, f"{src}-warmup", f"{src}-warmup-out-2pc-{rnd}",
+                  str(Path(tmp) / f"ck-warmup-2pc-{rnd}"), 1000, MODES["2pc"])
+    if name in CEILING:
+        source, sink, options = CEILING[name]
+        res = run_query(spark, bootstrap, src, dst, str(Path(tmp) / f"ck-{dst}"), args.max_per_batch,
+                        options, source=source, sink=sink, noop_rows=args.records, size=args.size)
+    else:
+        sink = "kbroker"
+        res = run_query(spark, bootstrap, src, dst, str(Path(tmp) / f"ck-{dst}"), args.max_per_batch, MODES[name])
+    if res["rows"] != args.records:
+        raise SystemExit(f"{name}: the query read {res['rows']} rows, expected {args.records}")
+    n_out = count_committed(bootstrap, dst) if sink == "kbroker" else args.records
+    if n_out != args.records:
+        raise SystemExit(f"{dst}: expected {args.records} output records, found {n_out}")
+    return res
 
 
 def count_committed(bootstrap: str, topic: str) -> int:
@@ -141,6 +200,9 @@ def main() -> None:
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                     help="extra Spark setting for the session (repeatable; for experiments)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the modes this many times, alternating, and report each mode's medians "
+                         "(the machine's load drifts between modes; medians of alternating rounds compare better)")
     ap.add_argument("--modes", default="exactly-once,2pc,at-least-once",
                     help=f"comma-separated modes to measure, of {', '.join(ALL_MODES)}, ceiling (= the 3 ceiling modes)")
     args = ap.parse_args()
@@ -174,30 +236,25 @@ def main() -> None:
             produce(bootstrap, f"{src}-warmup", 2000, args.size)
             run_query(spark, bootstrap, f"{src}-warmup", f"{src}-warmup-out", str(Path(tmp) / "ck-warmup"),
                       1000, MODES["exactly-once"])
+            results: dict[str, list[dict[str, Any]]] = {}
+            for rnd in range(args.rounds):
+                for name in modes:
+                    res = run_mode(spark, bootstrap, src, tmp, name, args, rnd)
+                    print(f"round {rnd + 1}: {LABELS.get(name, name)}: {res['batches']} batches, steady "
+                          f"{res['steady']:,.0f} rec/s, end-to-end {res['end_to_end']:,.0f} rec/s ({res['wall']:.1f}s), "
+                          f"CPU {res['cpu_us']:.2f} µs/record", flush=True)
+                    results.setdefault(name, []).append(res)
             rows = []
             for name in modes:
-                dst = f"{src}-out-{name}"
-                if name == "2pc":  # the gate needs the output's partitions; a 2pc warm-up too
-                    for topic in (dst, f"{src}-warmup-out-2pc"):
-                        create_topic(bootstrap, topic)
-                    run_query(spark, bootstrap, f"{src}-warmup", f"{src}-warmup-out-2pc",
-                              str(Path(tmp) / "ck-warmup-2pc"), 1000, MODES["2pc"])
-                if name in CEILING:
-                    source, sink, options = CEILING[name]
-                    res = run_query(spark, bootstrap, src, dst, str(Path(tmp) / f"ck-{dst}"), args.max_per_batch,
-                                    options, source=source, sink=sink, noop_rows=args.records, size=args.size)
-                else:
-                    sink = "kbroker"
-                    res = run_query(spark, bootstrap, src, dst, str(Path(tmp) / f"ck-{dst}"), args.max_per_batch,
-                                    MODES[name])
-                if res["rows"] != args.records:
-                    raise SystemExit(f"{name}: the query read {res['rows']} rows, expected {args.records}")
-                n_out = count_committed(bootstrap, dst) if sink == "kbroker" else args.records
-                if n_out != args.records:
-                    raise SystemExit(f"{dst}: expected {args.records} output records, found {n_out}")
+                runs = results[name]
+                res = {"batches": runs[0]["batches"], "steady": statistics.median(r["steady"] for r in runs),
+                       "end_to_end": statistics.median(r["end_to_end"] for r in runs),
+                       "cpu_us": statistics.median(r["cpu_us"] for r in runs)}
                 mode = LABELS.get(name, name)
-                print(f"{mode}: {res['batches']} batches, steady {res['steady']:,.0f} rec/s, "
-                      f"end-to-end {res['end_to_end']:,.0f} rec/s ({res['wall']:.1f}s)", flush=True)
+                if args.rounds > 1:
+                    mode = f"{mode} (median of {args.rounds})"
+                    print(f"{mode}: median of {args.rounds}: steady {res['steady']:,.0f} rec/s, "
+                          f"end-to-end {res['end_to_end']:,.0f} rec/s, CPU {res['cpu_us']:.2f} µs/record", flush=True)
                 rows.append((mode, res))
             spark.stop()
         finally:
@@ -222,7 +279,7 @@ def write_rows(path: Path, args: argparse.Namespace, rows: list[tuple[str, dict[
         for mode, r in rows:
             f.write(f"| {date} | {commit} | {host} | {load} | {args.records:,} × {args.size} B | "
                     f"{args.max_per_batch:,} | {mode} | {r['batches']} | {r['steady']:,.0f} | "
-                    f"{r['end_to_end']:,.0f} |\n")
+                    f"{r['end_to_end']:,.0f} | {r['cpu_us']:.2f} |\n")
 
 
 if __name__ == "__main__":

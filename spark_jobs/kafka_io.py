@@ -7,10 +7,12 @@ except that records come out as ``pyarrow.RecordBatch`` in the Kafka source's sc
 
 from __future__ import annotations
 
+import gc
 import logging
 import re
 import time
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from operator import itemgetter
 from typing import Any
 
@@ -219,42 +221,52 @@ def read_range(conf: Mapping[str, str], topic: str, partition: int, start: int, 
         done = False
         next_offset = start
         while not done:
-            # consume() blocks until it has num_messages or the timeout passes: ask for no more than
-            # the range can still hold, and keep the timeout short for the gappy tail of a range.
-            msgs = consumer.consume(num_messages=max(1, min(batch_rows, end - next_offset)), timeout=0.1)
-            data = [m for m in msgs if m.error() is None]
-            resume = None
-            if len(data) != len(msgs):
-                # Events: end-of-partition (after the data before it), or offset-out-of-range, after
-                # which nothing more of the old fetch position comes.
-                data = []
-                for m in msgs:
-                    err = m.error()
-                    if err is None:
-                        data.append(m)
-                        continue
-                    code = err.code()
-                    if code == KafkaError._PARTITION_EOF:
-                        done = done or m.offset() >= end
-                    elif code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                        lost_from = data[-1].offset() + 1 if data else next_offset
-                        resume = _after_offset_out_of_range(consumer, topic, partition, lost_from, end,
-                                                            err.str(), fail_on_data_loss)
-                        if resume is None:
-                            done = True
+            batch = None
+            # The collector paused while the messages live: each consume() makes thousands of
+            # GC-tracked Message objects (and _to_batch a timestamp tuple per message), and the
+            # collections they triggered traversed them, and the worker's whole heap, again and
+            # again: half of the source's CPU time. They hold no reference cycles; reference
+            # counting frees them when the batch is built.
+            with _gc_paused():
+                # consume() blocks until it has num_messages or the timeout passes: ask for no more
+                # than the range can still hold, and keep the timeout short for the gappy tail of a range.
+                msgs = consumer.consume(num_messages=max(1, min(batch_rows, end - next_offset)), timeout=0.1)
+                data = [m for m in msgs if m.error() is None]
+                resume = None
+                if len(data) != len(msgs):
+                    # Events: end-of-partition (after the data before it), or offset-out-of-range, after
+                    # which nothing more of the old fetch position comes.
+                    data = []
+                    for m in msgs:
+                        err = m.error()
+                        if err is None:
+                            data.append(m)
+                            continue
+                        code = err.code()
+                        if code == KafkaError._PARTITION_EOF:
+                            done = done or m.offset() >= end
+                        elif code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                            lost_from = data[-1].offset() + 1 if data else next_offset
+                            resume = _after_offset_out_of_range(consumer, topic, partition, lost_from, end,
+                                                                err.str(), fail_on_data_loss)
+                            if resume is None:
+                                done = True
+                            else:
+                                consumer.assign([CkTopicPartition(topic, partition, resume)])
+                            break
                         else:
-                            consumer.assign([CkTopicPartition(topic, partition, resume)])
-                        break
-                    else:
-                        raise KafkaException(err)
-            if data and data[-1].offset() >= end - 1:
-                done = True
-                if data[-1].offset() >= end:
-                    data = [m for m in data if m.offset() < end]
-            if data:
+                            raise KafkaException(err)
+                if data and data[-1].offset() >= end - 1:
+                    done = True
+                    if data[-1].offset() >= end:
+                        data = [m for m in data if m.offset() < end]
+                if data:
+                    next_offset = data[-1].offset() + 1
+                    batch = _to_batch(data, schema, topic, partition, include_headers)
+                del msgs, data
+            if batch is not None:
                 deadline = time.monotonic() + timeout_s
-                next_offset = data[-1].offset() + 1
-                yield _to_batch(data, schema, topic, partition, include_headers)
+                yield batch
             elif time.monotonic() > deadline:
                 raise TimeoutError(f"no progress reading {topic}-{partition} [{start}, {end}) at offset "
                                    f"{next_offset} for {timeout_s}s")
@@ -262,6 +274,18 @@ def read_range(conf: Mapping[str, str], topic: str, partition: int, start: int, 
                 next_offset = resume
     finally:
         consumer.close()
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Cyclic garbage collection off for the block (restored as it was after it)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _after_offset_out_of_range(consumer: Consumer, topic: str, partition: int, offset: int, end: int,

@@ -39,6 +39,7 @@ import json
 import logging
 import os
 import signal
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -222,18 +223,40 @@ class _WriterBase:
         self.check_delivery()
         return TaskReport(partition, batch_id, attempt, n, False, None)
 
-    def write_transaction(self, batches: Iterator[pa.RecordBatch], *, transactional_id: str,
-                          batch_id: int | None, partition: int, attempt: int,
-                          commit_log: tuple[str, int] | None) -> TaskReport:
+    def begin_task(self, *, transactional_id: str, batch_id: int | None,
+                   commit_log: tuple[str, int] | None) -> tuple[Producer, int | None]:
+        """A task's set-up before its first row: fence earlier attempts, find the last committed batch.
+
+        Returns the initialised producer and, with a commit log, the batch id of the last marker
+        this transactional id committed (None when there is none).
+        """
         producer = self.producer(transactional_id)
         self._transactional_id = transactional_id
         # Fences every earlier attempt with this id and completes (aborts) what it left open.
         producer.init_transactions(60)
         # Zombies of this id in this process are fenced now; let them go.
         _ZOMBIES[:] = [z for z in _ZOMBIES if z[0] != transactional_id]
+        last = None
+        if commit_log is not None:
+            # Only after init_transactions: no earlier attempt can commit a marker any more.
+            last = last_committed_batch(self.conf, commit_log[0], commit_log[1], transactional_id)
+        return producer, last
+
+    def write_transaction(self, batches: Iterator[pa.RecordBatch], *, transactional_id: str,
+                          batch_id: int | None, partition: int, attempt: int,
+                          commit_log: tuple[str, int] | None,
+                          started: _Started | None = None) -> TaskReport:
+        """One transaction: all ``batches`` and the commit marker; nothing when the marker says done.
+
+        ``started``: :meth:`begin_task` already running for this id (see KBrokerStreamWriter.write).
+        """
+        if started is None:
+            producer, last = self.begin_task(transactional_id=transactional_id, batch_id=batch_id,
+                                             commit_log=commit_log)
+        else:
+            producer, last = started.result()
         if commit_log is not None:
             assert batch_id is not None
-            last = last_committed_batch(self.conf, commit_log[0], commit_log[1], transactional_id)
             if last is not None and last >= batch_id:
                 for _ in batches:  # Spark expects the input consumed
                     pass
@@ -249,11 +272,8 @@ class _WriterBase:
         self.check_delivery()
         return TaskReport(partition, batch_id, attempt, n, False, transactional_id)
 
-    def write_micro_batch(self, batches: Iterator[pa.RecordBatch], *, query_id: str, batch_id: int,
-                          partition: int, attempt: int) -> TaskReport:
-        """Partition ``partition`` of micro-batch ``batch_id`` of query ``query_id``, exactly once."""
-        if not self.exactly_once:
-            return self.write_plain(batches, batch_id=batch_id, partition=partition, attempt=attempt)
+    def micro_batch_ids(self, query_id: str, partition: int) -> tuple[str, tuple[str, int]]:
+        """The transactional id and commit-log partition of task ``partition`` of query ``query_id``."""
         # Two kbroker writes in one foreachBatch need distinct names, or they would share ids and markers.
         scope = f"{query_id}.{self.sink_name}" if self.sink_name else query_id
         commit_topic = f"{self.commit_prefix}{scope}"
@@ -261,9 +281,54 @@ class _WriterBase:
             kafka_io.ensure_topic(kafka_io.admin(self.conf), commit_topic, partitions=partition + 1,
                                   config={"cleanup.policy": "compact"})
             _KNOWN_COMMIT_TOPICS[commit_topic] = partition + 1
-        return self.write_transaction(batches, transactional_id=f"{self.txn_prefix}.{scope}.{partition}",
-                                      batch_id=batch_id, partition=partition, attempt=attempt,
-                                      commit_log=(commit_topic, partition))
+        return f"{self.txn_prefix}.{scope}.{partition}", (commit_topic, partition)
+
+    def start_micro_batch(self, *, query_id: str, batch_id: int, partition: int) -> _Started:
+        """Run the exactly-once set-up of a micro-batch task (:meth:`begin_task`) in the background."""
+
+        def setup() -> tuple[Producer, int | None]:
+            transactional_id, commit_log = self.micro_batch_ids(query_id, partition)
+            return self.begin_task(transactional_id=transactional_id, batch_id=batch_id, commit_log=commit_log)
+
+        return _Started(setup)
+
+    def write_micro_batch(self, batches: Iterator[pa.RecordBatch], *, query_id: str, batch_id: int,
+                          partition: int, attempt: int, started: _Started | None = None) -> TaskReport:
+        """Partition ``partition`` of micro-batch ``batch_id`` of query ``query_id``, exactly once."""
+        if not self.exactly_once:
+            return self.write_plain(batches, batch_id=batch_id, partition=partition, attempt=attempt)
+        transactional_id, commit_log = self.micro_batch_ids(query_id, partition)
+        return self.write_transaction(batches, transactional_id=transactional_id, batch_id=batch_id,
+                                      partition=partition, attempt=attempt, commit_log=commit_log, started=started)
+
+
+class _Started:
+    """A task's transaction set-up running in a thread while the task waits for its first input rows.
+
+    Creating the producer, InitProducerId and the marker lookup are round trips to the broker
+    (several ms each); the first Arrow batch has to come all the way through the source task.
+    The librdkafka calls release the GIL, so the two overlap.
+    """
+
+    def __init__(self, fn: Callable[[], tuple[Producer, int | None]]) -> None:
+        self._fn = fn
+        self._value: tuple[Producer, int | None] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="kbroker-sink-setup", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._fn()
+        except BaseException as e:  # handed to the task's thread by result()
+            self._error = e
+
+    def result(self) -> tuple[Producer, int | None]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value
 
 
 def _nonempty(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch] | None:
@@ -352,8 +417,17 @@ class KBrokerStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
         partition, attempt = ctx.partitionId(), ctx.attemptNumber()
         batch_id = int(ctx.getLocalProperty(BATCH_ID_PROPERTY))
         query_id = ctx.getLocalProperty(QUERY_ID_PROPERTY)
+        started = None
+        if self.twopc is None and self.exactly_once:
+            # Fencing and the marker lookup need no input: start them before waiting for it. An
+            # empty task then has fenced its id's earlier attempts too (the same partition of the
+            # same batch, so they had no rows either, or of a batch already complete), which is
+            # harmless.
+            started = self.start_micro_batch(query_id=query_id, batch_id=batch_id, partition=partition)
         batches = _nonempty(iterator)
         if batches is None:
+            if started is not None:
+                started.result()  # nothing begun: the producer has no transaction open
             # Nothing to write; a replay of this batch is empty too, so no marker is needed.
             return TaskReport(partition, batch_id, attempt, 0, False, None)
         if self.twopc is not None:
@@ -361,7 +435,7 @@ class KBrokerStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
 
             return sink_2pc.write_task(self, batches, batch_id=batch_id, partition=partition, attempt=attempt)
         return self.write_micro_batch(batches, query_id=query_id, batch_id=batch_id, partition=partition,
-                                      attempt=attempt)
+                                      attempt=attempt, started=started)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.twopc is not None:
