@@ -95,10 +95,27 @@ CEILING = {
     "noop-to-noop": ("kbroker-noop", "kbroker-noop", {}),
 }
 ALL_MODES = [*MODES, *CEILING]
+WARMUP_RECORDS = 50_000
 
 
-def tree_cpu_seconds(root: int) -> float:
-    """User + system CPU time of process ``root`` and all its descendants (with their reaped children).
+def _category(pid: int) -> str:
+    """Which part of the run a process is: the broker, Spark's JVM, a PySpark Python worker, the driver."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().replace(b"\0", b" ")
+    except OSError:
+        return "driver"
+    if b"broker serve" in cmd:
+        return "broker"
+    if b"java" in cmd.split(b" ", 1)[0]:
+        return "jvm"
+    if b"pyspark" in cmd:
+        return "python-workers"
+    return "driver"
+
+
+def tree_cpu_seconds(root: int) -> dict[str, float]:
+    """User + system CPU seconds of process ``root`` and its descendants (with their reaped children), by part.
 
     The run's own CPU cost, which the other jobs on a shared machine do not change: the Spark JVM,
     its Python workers and planners, and the broker are all descendants of this process.
@@ -120,12 +137,15 @@ def tree_cpu_seconds(root: int) -> float:
     children: dict[int, list[int]] = {}
     for pid, ppid in parents.items():
         children.setdefault(ppid, []).append(pid)
-    total, todo = 0, [root]
+    total: dict[str, float] = {}
+    todo = [root]
+    tick = os.sysconf("SC_CLK_TCK")
     while todo:
         pid = todo.pop()
-        total += times.get(pid, 0)
+        part = _category(pid)
+        total[part] = total.get(part, 0.0) + times.get(pid, 0) / tick
         todo.extend(children.get(pid, ()))
-    return total / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def run_query(spark: Any, bootstrap: str, src: str, dst: str, checkpoint: str, per_batch: int,
@@ -146,12 +166,16 @@ def run_query(spark: Any, bootstrap: str, src: str, dst: str, checkpoint: str, p
     q = w.start()
     q.awaitTermination()
     wall = time.monotonic() - started
-    cpu = tree_cpu_seconds(os.getpid()) - cpu0
+    cpu1 = tree_cpu_seconds(os.getpid())
+    split = {part: cpu1[part] - cpu0.get(part, 0.0) for part in cpu1}
+    cpu = sum(split.values())
     progress = [p for p in q.recentProgress if p["numInputRows"]]
+    rows = sum(p["numInputRows"] for p in progress)
     if os.environ.get("SPARK_BENCH_VERBOSE"):
         for p in progress:  # where each micro-batch's time went (latestOffset, addBatch, walCommit, ...)
             print(f"  batch {p['batchId']}: {p['numInputRows']} rows {p['durationMs']}", flush=True)
-    rows = sum(p["numInputRows"] for p in progress)
+        print("  CPU µs/record: " + ", ".join(f"{k} {v / max(1, rows) * 1e6:.2f}" for k, v in sorted(split.items())),
+              flush=True)
     steady = progress[1:] or progress
     steady_ms = sum(p["durationMs"]["triggerExecution"] for p in steady)
     return {"rows": rows, "batches": len(progress), "wall": wall,
@@ -167,7 +191,7 @@ def run_mode(spark: Any, bootstrap: str, src: str, tmp: str, name: str, args: ar
         for topic in (dst, f"{src}-warmup-out-2pc-{rnd}"):
             create_topic(bootstrap, topic)
         run_query(spark, bootstrap, f"{src}-warmup", f"{src}-warmup-out-2pc-{rnd}",
-                  str(Path(tmp) / f"ck-warmup-2pc-{rnd}"), 1000, MODES["2pc"])
+                  str(Path(tmp) / f"ck-warmup-2pc-{rnd}"), WARMUP_RECORDS // 5, MODES["2pc"])
     if name in CEILING:
         source, sink, options = CEILING[name]
         res = run_query(spark, bootstrap, src, dst, str(Path(tmp) / f"ck-{dst}"), args.max_per_batch,
@@ -233,9 +257,11 @@ def main() -> None:
             spark.dataSource.register(NoopDataSource)
             # Warm-up (JVM code paths, Python workers, commit-log topic creation path) on a small
             # topic, so the first measured mode does not pay for it.
-            produce(bootstrap, f"{src}-warmup", 2000, args.size)
+            # 50,000 records: with 2,000 the first mode measured still paid for the JVM's JIT (its CPU
+            # per record came out 30-40% above the same mode's later rounds).
+            produce(bootstrap, f"{src}-warmup", WARMUP_RECORDS, args.size)
             run_query(spark, bootstrap, f"{src}-warmup", f"{src}-warmup-out", str(Path(tmp) / "ck-warmup"),
-                      1000, MODES["exactly-once"])
+                      WARMUP_RECORDS // 5, MODES["exactly-once"])
             results: dict[str, list[dict[str, Any]]] = {}
             for rnd in range(args.rounds):
                 for name in modes:
@@ -253,7 +279,7 @@ def main() -> None:
                 mode = LABELS.get(name, name)
                 if args.rounds > 1:
                     mode = f"{mode} (median of {args.rounds})"
-                    print(f"{mode}: median of {args.rounds}: steady {res['steady']:,.0f} rec/s, "
+                    print(f"{mode}: steady {res['steady']:,.0f} rec/s, "
                           f"end-to-end {res['end_to_end']:,.0f} rec/s, CPU {res['cpu_us']:.2f} µs/record", flush=True)
                 rows.append((mode, res))
             spark.stop()
