@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/spark_bench.py [--records N] [--size BYTES] [--max-per-batch M]
                                                [--master local[2]] [--bootstrap HOST:PORT] [--out FILE]
-                                               [--modes exactly-once,2pc,at-least-once] [--conf KEY=VALUE]
+                                               [--modes exactly-once,2pc,at-least-once] [--conf KEY=VALUE] [--rounds N]
 
 Without --bootstrap a kbroker subprocess is started in a temp dir. N records of BYTES-byte values go
 to a 2-partition topic; then the uppercase query (kbroker source -> upper(value) -> kbroker sink) runs
@@ -16,7 +16,9 @@ memory; batches dropped): ``noop-to-sink`` (no-op source -> exactly-once kbroker
 ``source-to-noop`` (kbroker source -> no-op sink) and ``noop-to-noop`` (the Python Data Source API's
 own ceiling on this machine); ``--modes ceiling`` is short for the three. Reported per mode: steady-state rate = rows / trigger-execution time summed over every batch but
 the first, and end-to-end rate = N / wall time of the query (a small warm-up query runs before both,
-so neither pays for Python worker start-up).
+so neither pays for Python worker start-up or the JVM's JIT). ``--rounds N`` alternates the modes N
+times and reports medians; every run also reports the CPU time per record of all its processes
+(``SPARK_BENCH_VERBOSE=1``: split into JVM, Python workers, broker and driver).
 Every run checks that the query saw N rows and, for the kbroker sink, with a read_committed consumer
 that the output holds exactly N records.
 Appends one row per mode to benchmarks/results/spark_bench.md.
@@ -54,8 +56,10 @@ start to termination, after a small warm-up query; SparkSession start-up exclude
 commit markers (the default); `exactly-once-2pc` = `exactlyOnce.mode=2pc` (batch-atomic); `at-least-once` =
 `kbroker.sink.exactlyOnce=false`. Ceiling rows: `noop-to-sink` = a no-op Python data source (rows
 generated in memory, spark_jobs/noop.py) -> the exactly-once sink; `source-to-noop` = the kbroker source
--> a no-op sink; `noop-to-noop` = the Python Data Source API's own ceiling. One row per run,
-newest last; the load average shows how busy the machine was.
+-> a no-op sink; `noop-to-noop` = the Python Data Source API's own ceiling. One row per run (with
+`--rounds N`: each mode's medians over N alternating rounds), newest last; the load average shows how
+busy the machine was. *CPU µs/record* = CPU time of every process under the benchmark (Spark's JVM and
+Python workers, the broker) during the query, per record: what other jobs on the machine change least.
 
 | date (UTC) | commit | host | load avg | records × size | per batch | sink | batches | steady rec/s | end-to-end rec/s | CPU µs/record |
 |---|---|---|---|---|---|---|---|---|---|---|

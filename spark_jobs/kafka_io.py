@@ -10,7 +10,6 @@ from __future__ import annotations
 import gc
 import logging
 import re
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -165,78 +164,6 @@ def range_consumer(conf: Mapping[str, str], *, range_records: int | None = None,
     return Consumer(range_consumer_config(conf, range_records=range_records, **extra))
 
 
-# Idle assign()-only consumers of this worker process, by configuration. Spark reuses its Python
-# workers across tasks, and a new librdkafka consumer costs every task a connection to the
-# bootstrap address and one to the broker learnt from metadata, each with its ApiVersions, and a
-# Metadata round trip before the first Fetch: 15-90 ms and ~20 ms of CPU on a loaded 2-core
-# machine, a large share of a small micro-batch. Spark's Kafka source pools its executors'
-# consumers for the same reason (KafkaDataConsumer).
-_IDLE_CONSUMERS: list[tuple[tuple[tuple[str, str], ...], Consumer]] = []  # oldest first
-_IDLE_LOCK = threading.Lock()
-_MAX_IDLE = 4  # a worker's ranges and marker look-ups of one or two queries
-
-
-@contextmanager
-def pooled_consumer(config: Mapping[str, Any]) -> Iterator[Consumer]:
-    """A consumer with ``config`` (a pooled idle one if there is one), handed back unassigned afterwards.
-
-    Only a consumer whose user finished without an exception goes back to the pool, and only
-    after ``unassign()``: librdkafka drops whatever it had fetched for the old assignment (fetch
-    versions), so the next ``assign()`` starts clean at the offset it names. The pool keeps the
-    ``_MAX_IDLE`` most recently used consumers and closes the others.
-    """
-    key = tuple(sorted((k, repr(v)) for k, v in config.items()))
-    consumer = None
-    with _IDLE_LOCK:
-        for i in range(len(_IDLE_CONSUMERS) - 1, -1, -1):
-            if _IDLE_CONSUMERS[i][0] == key:
-                consumer = _IDLE_CONSUMERS.pop(i)[1]
-                break
-    if consumer is None:
-        consumer = Consumer(dict(config))
-    reusable = False
-    try:
-        yield consumer
-        consumer.unassign()
-        reusable = True
-    finally:
-        evicted = [] if reusable else [consumer]
-        if reusable:
-            with _IDLE_LOCK:
-                _IDLE_CONSUMERS.append((key, consumer))
-                while len(_IDLE_CONSUMERS) > _MAX_IDLE:
-                    evicted.append(_IDLE_CONSUMERS.pop(0)[1])
-        for c in evicted:
-            c.close()
-
-
-def close_idle_consumers() -> None:
-    """Close every pooled consumer of this process (tests, before their broker goes away)."""
-    with _IDLE_LOCK:
-        idle = [c for _, c in _IDLE_CONSUMERS]
-        _IDLE_CONSUMERS.clear()
-    for c in idle:
-        c.close()
-
-
-def _prefetch_bucket(records: int) -> int:
-    """``records`` rounded up to a power of two: ranges of similar size share pooled consumers."""
-    return 1 << max(0, records - 1).bit_length()
-
-
-def _fetch_bytes(range_records: int | None) -> int:
-    """max.partition.fetch.bytes for a range of about ``range_records`` records.
-
-    4 MiB for long ranges; for short ones about 128 bytes a record (at least 256 KiB; a larger
-    first batch is still returned whole): a 4 MiB fetch for a range of 100 records made the
-    broker send and the consumer decode ~30,000 records past its end (16 ms of the task's CPU
-    and 5 ms of the broker's, against 2 and 1).
-    """
-    if not range_records:
-        return 4 * 1024 * 1024
-    return min(4 * 1024 * 1024, max(256 * 1024, range_records * 128))
-
-
 def range_consumer_config(conf: Mapping[str, str], *, range_records: int | None = None,
                           **extra: Any) -> dict[str, Any]:
     """Settings of a task's range reader: ``conf`` (the query's kafka.* options) and ``extra`` win.
@@ -245,8 +172,7 @@ def range_consumer_config(conf: Mapping[str, str], *, range_records: int | None 
     it fetches until queued.min.messages records wait locally and then pauses for
     fetch.queue.backoff.ms (1 s by default). With the default 100,000, a range longer than that
     sat idle for a second whenever one large fetch filled the queue; with a much larger value the
-    consumer went on fetching (and decoding) far past the end of a short range. It also bounds the
-    size of a fetch (see _fetch_bytes).
+    consumer went on fetching (and decoding) far past the end of a short range.
     """
     return {
         **EAGER_CONNECT,
@@ -260,7 +186,7 @@ def range_consumer_config(conf: Mapping[str, str], *, range_records: int | None 
         # one does not overshoot the end of the range by much (every record fetched past it is
         # read from disk by the broker and decoded here for nothing).
         "fetch.max.bytes": 64 * 1024 * 1024,
-        "max.partition.fetch.bytes": _fetch_bytes(range_records),
+        "max.partition.fetch.bytes": 4 * 1024 * 1024,
         "fetch.wait.max.ms": 100,
         "queued.min.messages": max(1000, range_records) if range_records else 100_000,
         "fetch.queue.backoff.ms": 10,
@@ -288,8 +214,8 @@ def read_range(conf: Mapping[str, str], topic: str, partition: int, start: int, 
     if end <= start:
         return
     schema = ARROW_SCHEMA_WITH_HEADERS if include_headers else ARROW_SCHEMA
-    config = range_consumer_config(conf, range_records=_prefetch_bucket(end - start))
-    with pooled_consumer(config) as consumer:
+    consumer = range_consumer(conf, range_records=end - start)
+    try:
         consumer.assign([CkTopicPartition(topic, partition, start)])
         deadline = time.monotonic() + timeout_s
         done = False
@@ -346,6 +272,8 @@ def read_range(conf: Mapping[str, str], topic: str, partition: int, start: int, 
                                    f"{next_offset} for {timeout_s}s")
             if resume is not None:
                 next_offset = resume
+    finally:
+        consumer.close()
 
 
 @contextmanager

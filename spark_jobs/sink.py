@@ -351,8 +351,9 @@ def last_committed_batch(conf: dict[str, str], topic: str, partition: int, trans
     Reads the tail with read_committed, widening the window until a marker shows up: the partition
     has one writer, so apart from aborted attempts the last committed record is the marker sought.
     """
-    config = kafka_io.range_consumer_config(conf, **{"isolation.level": "read_committed", "fetch.wait.max.ms": 1})
-    with kafka_io.pooled_consumer(config) as consumer:
+    consumer = kafka_io.range_consumer(conf, **{"isolation.level": "read_committed",
+                                                "fetch.wait.max.ms": 1})
+    try:
         tp = CkTopicPartition(topic, partition)
         low, high = consumer.get_watermark_offsets(tp, cached=False, timeout=30)
         window = 16
@@ -366,6 +367,8 @@ def last_committed_batch(conf: dict[str, str], topic: str, partition: int, trans
                 return last
             window *= 8
         return None
+    finally:
+        consumer.close()
 
 
 def _read_to(consumer: Any, topic: str, partition: int, start: int, end: int) -> Iterator[Any]:

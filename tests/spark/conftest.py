@@ -52,17 +52,6 @@ def spark() -> Iterator[object]:
     session.stop()
 
 
-@pytest.fixture(autouse=True)
-def _close_pooled_consumers() -> Iterator[None]:
-    """The range readers and marker look-ups pool their consumers (spark_jobs.kafka_io.pooled_consumer);
-    close the ones this test process pooled before the test's broker goes away."""
-    yield
-    if not _MISSING:
-        from spark_jobs import kafka_io
-
-        kafka_io.close_idle_consumers()
-
-
 def pytest_configure(config: pytest.Config) -> None:
     # pandas 3 is newer than PySpark's tested range; the Arrow paths used here do not touch pandas.
     config.addinivalue_line("filterwarnings", "ignore:PySpark does not yet fully support pandas:FutureWarning")

@@ -215,33 +215,3 @@ def test_range_reader_builds_batches_without_garbage_collections(broker: Any) ->
     finally:
         gc.enable()
 
-
-def test_range_readers_reuse_pooled_consumers_and_read_exactly_their_range(broker: Any) -> None:
-    # A new consumer costs each task connections, ApiVersions and Metadata before its first fetch;
-    # the worker's idle consumers are reused. What one range fetched past its end must never show
-    # up in the next range read by the same consumer.
-    from kafka_util import produce
-
-    create_topic(broker.bootstrap, "pool", partitions=2)
-    produce(broker.bootstrap, "pool", ((i % 2, b"k%d" % i, b"v%d" % i) for i in range(4000)))
-    conf = {"bootstrap.servers": broker.bootstrap}
-    kafka_io.close_idle_consumers()
-
-    def offsets(part: int, start: int, end: int) -> list[int]:
-        return [o for b in kafka_io.read_range(conf, "pool", part, start, end) for o in b.column("offset").to_pylist()]
-
-    assert offsets(0, 0, 1000) == list(range(1000))
-    assert len(kafka_io._IDLE_CONSUMERS) == 1
-    pooled = kafka_io._IDLE_CONSUMERS[0][1]
-    # Backwards, other partition, forwards, a short range of the same size bucket: each exact.
-    for part, start, end in ((0, 10, 900), (1, 0, 1000), (0, 1000, 1500), (1, 1999, 2000), (0, 500, 1001)):
-        assert offsets(part, start, end) == list(range(start, end)), (part, start, end)
-    assert any(c is pooled for _, c in kafka_io._IDLE_CONSUMERS)
-    # A reader abandoned part-way closes its consumer instead of pooling it.
-    before = len(kafka_io._IDLE_CONSUMERS)
-    it = kafka_io.read_range(conf, "pool", 0, 0, 2000, batch_rows=100)
-    next(it)
-    it.close()
-    assert len(kafka_io._IDLE_CONSUMERS) == before
-    kafka_io.close_idle_consumers()
-    assert kafka_io._IDLE_CONSUMERS == []
