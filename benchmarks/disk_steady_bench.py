@@ -51,8 +51,8 @@ ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT)]
 
 import confluent_kafka  # noqa: E402
+import lib_workloads as wl  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from consume_paired import TreeBroker  # noqa: E402
 from lib_meter import machine_busy, process_cpu  # noqa: E402
 from lib_workloads import PARTITIONS, WorkloadError, unique  # noqa: E402
@@ -288,16 +288,7 @@ class Sampler(threading.Thread):
 
 def create_topic(bootstrap: str, topic: str, config: dict[str, str]) -> None:
     """lib_workloads.create_topic with topic configs: create, then wait for every partition's leader."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, PARTITIONS, 1, config=config)])[topic].result(30)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        md = admin.list_topics(topic, timeout=10).topics.get(topic)
-        if md is not None and md.error is None and len(md.partitions) == PARTITIONS and all(
-                p.leader >= 0 for p in md.partitions.values()):
-            return
-        time.sleep(0.05)
-    raise WorkloadError(f"topic {topic} not ready after 30 s")
+    wl.create_topic(bootstrap, topic, PARTITIONS, config)
 
 
 # -- one run ------------------------------------------------------------------------------------------

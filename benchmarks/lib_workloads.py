@@ -47,9 +47,10 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> None:
+def create_topic(bootstrap: str, topic: str, partitions: int = PARTITIONS,
+                 config: dict[str, str] | None = None) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})])[topic].result(30)
     # Wait until metadata lists every partition with a leader: some brokers answer CreateTopics
     # before the topic is usable.
     deadline = time.monotonic() + 30
