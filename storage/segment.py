@@ -659,11 +659,7 @@ class Segment:
         if background:
             write_behind.instance().unlink(self.all_paths())
             return
-        for p in self.all_paths():
-            try:
-                p.unlink()
-            except FileNotFoundError:
-                pass
+        write_behind.unlink_files(self.all_paths())
 
     def __repr__(self) -> str:
         return f"Segment(base={self.base_offset}, size={self.size}, path={self.log_path})"

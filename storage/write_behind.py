@@ -81,8 +81,8 @@ class WriteBehind:
         ext4 mounted with ``discard`` the unlinking thread then waits for the device's discards
         (seen as the event loop blocked in submit_bio_wait for up to 0.7 s while retention removed
         1 GiB segments). Done here when the queue is full, so a file is never left behind."""
-        if not self._put(lambda: _unlink(paths)):
-            _unlink(paths)
+        if not self._put(lambda: unlink_files(paths)):
+            unlink_files(paths)
 
     def _put(self, job: Callable[[], None]) -> bool:
         if self._thread is None:
@@ -134,7 +134,8 @@ class WriteBehind:
             os.close(fd)
 
 
-def _unlink(paths: list[Path]) -> None:
+def unlink_files(paths: list[Path]) -> None:
+    """Remove ``paths``, skipping any already gone (used by foreground deletes and by the thread)."""
     for p in paths:
         try:
             p.unlink()
