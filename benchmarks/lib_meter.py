@@ -34,6 +34,27 @@ def process_cpu(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def thread_cpu(pid: int | None) -> dict[int, tuple[str, float]]:
+    """user+system CPU seconds of each live thread of a process: tid -> (thread name, seconds).
+    The event loop's thread is the one whose tid is the pid; the rest are executor, storage and
+    gRPC (etcd client) threads."""
+    out: dict[int, tuple[str, float]] = {}
+    if pid is None:
+        return out
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            comm = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+            fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[tid] = (comm, (int(fields[11]) + int(fields[12])) / _TICK)
+    return out
+
+
 def machine_busy() -> float:
     """CPU-seconds all cores spent not idle since boot (from the aggregate line of /proc/stat)."""
     with open("/proc/stat") as f:

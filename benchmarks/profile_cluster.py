@@ -26,7 +26,7 @@ sys.path[:0] = [str(HERE), str(ROOT)]
 
 import lib_workloads as wl  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
-from lib_meter import process_cpu  # noqa: E402
+from lib_meter import process_cpu, thread_cpu  # noqa: E402
 from profile_broker import Spy, load_folded, render, summarise  # noqa: E402
 
 from tests.helpers.cluster_proc import BrokerCluster  # noqa: E402
@@ -49,6 +49,19 @@ def _wait_isr(bootstrap: str, topic: str, deadline_s: float = 120) -> None:
             return
         time.sleep(0.2)
     raise RuntimeError(f"{topic}: ISRs not full")
+
+
+def _split(pid: int, before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]],
+           per: float) -> str:
+    """CPU-ms per unit of the event loop's thread and of the other threads, by thread name (the
+    loop's thread is the one whose tid is the pid; threads that ended in between are not counted)."""
+    loop = (after.get(pid, ("", 0.0))[1] - before.get(pid, ("", 0.0))[1]) * 1000 / per
+    others: dict[str, float] = {}
+    for tid, (name, cpu) in after.items():
+        if tid != pid:
+            others[name] = others.get(name, 0.0) + (cpu - before.get(tid, (name, 0.0))[1]) * 1000 / per
+    rest = ", ".join(f"{name} {v:.2f}" for name, v in sorted(others.items(), key=lambda kv: -kv[1]) if v >= 0.005)
+    return f"event loop {loop:.2f}; other threads: {rest or '0'}"
 
 
 def main() -> int:
@@ -96,12 +109,14 @@ def main() -> int:
             for s in spies.values():
                 s.start()
             cpu0 = {n: process_cpu(pid) or 0.0 for n, pid in pids.items()}
+            thr0 = {n: thread_cpu(pid) for n, pid in pids.items()}
             if args.workload == "produce":
                 fig = wl.produce(bs, None, records=args.records, size=args.size, acks="all", topic=topic)
             else:
                 wl.unique = lambda _prefix, _u=wl.unique, _t=topic: _t if _prefix == "txn" else _u(_prefix)
                 fig = wl.transactions(bs, None, seconds=args.seconds, size=100)
             cpu1 = {n: process_cpu(pid) or 0.0 for n, pid in pids.items()}
+            thr1 = {n: thread_cpu(pid) for n, pid in pids.items()}
             for s in spies.values():
                 s.stop()
         finally:
@@ -118,7 +133,8 @@ def main() -> int:
               f"({fig['records_per_s']:.0f} records/s)")
         for n in sorted(pids):
             role = "leader" if n == 1 else "follower"
-            print(f"  broker {n} ({role}): {(cpu1[n] - cpu0[n]) * 1000 / mb:.2f} CPU-ms per MB")
+            print(f"  broker {n} ({role}): {(cpu1[n] - cpu0[n]) * 1000 / mb:.2f} CPU-ms per MB"
+                  f" ({_split(pids[n], thr0[n], thr1[n], mb)})")
     for n, s in sorted(spies.items()):
         role = "" if args.workload == "txn" else f" ({'leader' if n == 1 else 'follower'})"
         print(render(summarise(load_folded(s.raw), args.top), f"broker {n}{role}"))
