@@ -182,7 +182,7 @@ def run(args: argparse.Namespace) -> str:
             try:
                 if args.workload == "produce":
                     fig = wl.produce(bs, pid, records=args.records, size=args.size, acks=args.acks,
-                                     idempotent=args.idempotent)
+                                     idempotent=args.idempotent, compression=args.compression)
                 elif args.workload == "consume":
                     fig = wl.consume(bs, pid, topic=topic, expected=expected, size=args.size)
                 elif args.workload == "latency":
@@ -217,6 +217,7 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--acks", default="all")
     ap.add_argument("--idempotent", action="store_true")
+    ap.add_argument("--compression", default="none", help="produce: the producer's compression.type")
     ap.add_argument("--ctp-batch", type=int, default=500, help="most records per CTP transaction (txn_bench)")
     ap.add_argument("--seconds", type=float, default=5.0, help="latency/txn duration")
     ap.add_argument("--latency-rate", type=int, default=5000)

@@ -7,6 +7,7 @@ keyless records from every producer kind (plain, idempotent, transactional).
 
 from __future__ import annotations
 
+import random
 import struct
 import time
 import uuid
@@ -162,6 +163,74 @@ def test_librdkafka_batches_of_every_codec_are_accepted(broker, codec):
     assert p.flush(60) == 0
     assert errors == []
     assert [(k, v) for _, k, v in read_partition(broker.bootstrap, topic, 300)] == sent
+
+
+# --- large compressed batches: validated on the loop while cheap, else on an executor thread --------
+
+def _big_compressed(kind: str) -> tuple[bytes, list[bytes]]:
+    """A >= 64 KiB compressed batch (broker.append_path.OFFLOAD_VALIDATION_BYTES) that takes each
+    validation path: ``inline`` (ordinary lz4), ``past_budget`` (decompresses past
+    INLINE_VALIDATION_BUDGET), ``many_records`` (more than INLINE_MAX_RECORDS records)."""
+    import lz4.frame
+    import zstandard
+
+    from tests.unit.test_record_validation import record, wrap
+
+    if kind == "inline":
+        values = [random.Random(i).randbytes(2000) for i in range(200)]  # incompressible: >= 64 KiB
+        raw = b"".join(record(i, b"k", v) for i, v in enumerate(values))
+        batch = wrap(lz4.frame.compress(raw, store_size=False), len(values), attributes=3)
+    elif kind == "past_budget":
+        values = [bytes([65 + i]) * (3 << 20) for i in range(4)]
+        raw = b"".join(record(i, b"k", v) for i, v in enumerate(values))
+        batch = wrap(zstandard.ZstdCompressor().compress(raw) + bytes(0), len(values), attributes=4)
+    else:
+        values = [b"v%d" % (i % 10) for i in range(70_000)]
+        raw = b"".join(record(i, b"k", v) for i, v in enumerate(values))
+        batch = wrap(zstandard.ZstdCompressor(level=1).compress(raw), len(values), attributes=4)
+    return batch, values
+
+
+@pytest.mark.parametrize("kind", ["inline", "past_budget", "many_records"])
+def test_large_compressed_batches_are_accepted_on_every_validation_path(broker, kind):
+    batch, values = _big_compressed(kind)
+    if len(batch) < 64 * 1024:  # zstd packs the repetitive ones tightly: pad with a skippable frame
+        batch, values = _padded(batch), values
+    assert 64 * 1024 <= len(batch) < 1_000_000
+    topic = f"big-compressed-{kind.replace('_', '-')}"
+    create_topic(broker.bootstrap, topic)
+    with RawConnection(broker.bootstrap, timeout=60) as conn:
+        resp = produce(conn, topic, batch)
+        assert resp.error_code == 0, resp
+        assert list_offset(conn, topic, LATEST).offset == len(values)
+    got = read_partition(broker.bootstrap, topic, len(values))
+    assert len(got) == len(values) and got[0][2] == values[0] and got[-1][2] == values[-1]
+
+
+def _padded(batch: bytes) -> bytes:
+    """The batch with a zstd skippable frame (magic 0x184D2A50, ignored by every decoder) appended
+    to its records section, so it reaches the offload size; the CRC is recomputed."""
+    pad = struct.pack("<II", 0x184D2A50, 70_000) + bytes(70_000)
+    data = bytearray(batch + pad)
+    struct.pack_into(">i", data, 8, len(data) - 12)
+    return _recrc(data)
+
+
+def test_a_large_compressed_batch_with_invalid_records_gets_the_exact_error(broker):
+    """Found invalid on the loop, the batch is validated again on the executor for Kafka's error."""
+    import lz4.frame
+
+    from tests.unit.test_record_validation import record, wrap
+
+    raw = b"".join(record(i, b"k", random.Random(i).randbytes(2000)) for i in range(200))
+    batch = wrap(lz4.frame.compress(raw, store_size=False), 199, attributes=3)  # 200 records, 199 declared
+    assert len(batch) >= 64 * 1024
+    topic = "big-compressed-invalid"
+    create_topic(broker.bootstrap, topic)
+    with RawConnection(broker.bootstrap, timeout=60) as conn:
+        resp = produce(conn, topic, batch)
+        assert resp.error_code == ErrorCode.INVALID_RECORD, resp
+        assert list_offset(conn, topic, LATEST).offset == 0
 
 
 # --- compacted topics need keys --------------------------------------------------------------------

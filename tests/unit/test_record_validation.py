@@ -182,3 +182,60 @@ def test_compacted_topic_refuses_keyless_records_with_record_errors(codec):
     msg = "Compacted topic cannot accept message without key in topic partition t-0."
     assert ei.value.record_errors == [(1, msg), (3, msg)]
     check(B.build_batch([(b"a", b"1"), (b"b", None)], compression=codec), compacted_tp="t-0")  # tombstones ok
+
+
+# --- inline_budget: what validation on the event loop may take before handing over ---------------
+
+def _records(n: int, value: bytes = b"v") -> bytes:
+    return b"".join(record(i, None, value) for i in range(n))
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd", "snappy"])
+def test_an_ordinary_compressed_batch_is_validated_within_the_inline_budget(codec):
+    data = B.build_batch([(b"k%d" % i, b"x" * 1000, []) for i in range(1000)], compression=CODECS[codec])
+    assert B.parse_header(data).attributes & B.COMPRESSION_MASK == CODECS[codec]
+    check(data, inline_budget=8 << 20)  # no ValidationTooHeavy: the caller keeps it on the loop
+
+
+def test_gzip_is_never_validated_inline():
+    data = wrap(gzip.compress(_records(10)), 10, attributes=1)
+    with pytest.raises(RV.ValidationTooHeavy):
+        check(data, inline_budget=8 << 20)
+    check(data)  # and is valid
+
+
+def test_more_records_than_the_inline_limit_are_handed_over_before_any_work():
+    n = RV.INLINE_MAX_RECORDS + 1
+    batch = wrap(zstandard.ZstdCompressor().compress(_records(n)), n, attributes=4)
+    with pytest.raises(RV.ValidationTooHeavy):
+        check(batch, inline_budget=8 << 20)
+    check(batch)
+
+
+def test_output_past_the_inline_budget_is_handed_over():
+    big = b"y" * (1 << 20)
+    batch = wrap(zstandard.ZstdCompressor().compress(_records(3, big)), 3, attributes=4)
+    with pytest.raises(RV.ValidationTooHeavy):
+        check(batch, inline_budget=2 << 20)
+    check(batch, inline_budget=4 << 20)
+    check(batch)
+
+
+def test_invalid_records_are_handed_over_for_the_exact_error():
+    """Inline, an invalid batch is not diagnosed (that may mean decompressing up to the cap into one
+    buffer): the full validation gives the error it always gave."""
+    batch = wrap(zstandard.ZstdCompressor().compress(_records(5)), 4, attributes=4)  # 5 records, 4 declared
+    with pytest.raises(RV.ValidationTooHeavy):
+        check(batch, inline_budget=8 << 20)
+    with pytest.raises(RV.InvalidRecordError):
+        check(batch)
+
+
+def test_a_corrupt_payload_is_handed_over_for_the_exact_error():
+    payload = bytearray(zstandard.ZstdCompressor().compress(_records(50)))
+    payload[len(payload) // 2] ^= 0xFF
+    batch = wrap(bytes(payload), 50, attributes=4)
+    with pytest.raises(RV.ValidationTooHeavy):
+        check(batch, inline_budget=8 << 20)
+    with pytest.raises((RV.CorruptRecordsError, RV.InvalidRecordError)):
+        check(batch)
