@@ -53,6 +53,7 @@ from tests.helpers.etcd_proc import EtcdProcess  # noqa: E402
 
 PARTITIONS = 8
 TMPFS = Path("/dev/shm")
+QUIET = 0.1  # other processes' cores below which a run counts as quiet
 KBROKER = ("one", "per-core")
 NULL = ("null-one", "null-per-core")  # the ceiling
 
@@ -84,6 +85,23 @@ def _null(n: int) -> tuple[str, Any]:
     return ",".join(p.bootstrap for p in procs), stop
 
 
+def _cores(result: dict[str, Any]) -> dict[str, float]:
+    """A workload's CPU: the client's and the whole machine's, over ``wall``; ``active``: the seconds of
+    the measured phase within it (rdkafka_performance's own clock runs from its first record, while
+    its CPU is metered from process start to exit; the Python workloads' are the same span)."""
+    u = result["usage"]
+    active = result["tool_ms"] / 1e3 if "tool_ms" in result else u["wall"]
+    return {"client_cpu": u["client_cpu"], "machine_cpu": u["machine_cpu"], "wall": u["wall"], "active": active}
+
+
+def _split(run: dict[str, Any], key: str) -> tuple[float, float]:
+    """Cores used by the client and by the brokers during a workload's measured phase: the brokers' are
+    the machine's minus the client's minus other processes' (the run's other_cores over the metered wall)."""
+    c = run["cpu"][key]
+    brokers = c["machine_cpu"] - c["client_cpu"] - run["other_cores"] * c["wall"]
+    return c["client_cpu"] / c["active"], max(0.0, brokers) / c["active"]
+
+
 def _own_cpu() -> float:
     """CPU seconds of this process and its reaped children (the brokers, etcd and the C tool once stopped)."""
     t = os.times()
@@ -113,14 +131,18 @@ def _run(kind: str, n: int, records: int) -> dict[str, Any]:
             wl.create_topic = lambda bs, topic, partitions=PARTITIONS: topic_factory(1, {})(bs, topic, PARTITIONS)
             lib_cclient.create_topic = wl.create_topic
             out: dict[str, Any] = {}
+            cpu: dict[str, dict[str, float]] = {}  # workload -> CPU seconds and the seconds they were spent in
             if lib_cclient.available():
                 c = lib_cclient.produce_consume(bootstrap, None, records=records, size=1024, partitions=PARTITIONS)
                 out["c_produce_mb_s"] = c["c_produce"]["mb_per_s"]
                 out["c_consume_mb_s"] = c["c_consume"]["mb_per_s"]
+                cpu["c_produce_mb_s"], cpu["c_consume_mb_s"] = _cores(c["c_produce"]), _cores(c["c_consume"])
             p = wl.produce(bootstrap, None, records=records, size=1024, acks="all")
             out["py_produce_mb_s"] = p["mb_per_s"]
             cons = wl.consume(bootstrap, None, topic=p["topic"], expected=p["records_total"], size=1024)
             out["py_consume_mb_s"] = cons["mb_per_s"]
+            cpu["py_produce_mb_s"], cpu["py_consume_mb_s"] = _cores(p), _cores(cons)
+            out["cpu"] = cpu
             return out
         finally:
             stop()
@@ -134,9 +156,16 @@ def _paired(rounds: list[dict[str, dict[str, Any]]], one: str, many: str, key: s
     return statistics.median(r[many][key] / r[one][key] for r in rounds)
 
 
+def _quiet(rounds: list[dict[str, dict[str, Any]]], pair: tuple[str, str], key: str) -> list[float]:
+    """Paired ratios of the rounds in which neither run of the pair shared the machine with other work."""
+    one, many = pair
+    return [r[many][key] / r[one][key] for r in rounds
+            if r[one]["other_cores"] < QUIET and r[many]["other_cores"] < QUIET]
+
+
 def report(rounds: list[dict[str, dict[str, Any]]], n: int, records: int) -> str:
     ceiling = NULL[0] in rounds[0]
-    keys = [k for k in rounds[0]["one"] if k not in ("load_avg", "other_cores")]
+    keys = [k for k in rounds[0]["one"] if k not in ("load_avg", "other_cores", "cpu")]
     kinds = [*KBROKER, *(NULL if ceiling else ())]
     loads = "; ".join(f"round {i + 1}: " + ", ".join(
         f"{k} {r[k]['load_avg']:.1f}/{r[k]['other_cores']:.2f}" for k in kinds) for i, r in enumerate(rounds))
@@ -168,6 +197,23 @@ def report(rounds: list[dict[str, dict[str, Any]]], n: int, records: int) -> str
     for k in keys:
         lines.append(f"- {k}: " + ", ".join(
             f"{r['per-core'][k] / r['one'][k]:.2f} / {r[NULL[1]][k] / r[NULL[0]][k]:.2f}" for r in rounds))
+    lines += ["", f"Quiet pairs only (both runs of the pair with other CPU < {QUIET} cores): paired {n}/1 medians "
+              "(pairs counted):", "", "| figure | kbroker | null (ceiling) | of ceiling |", "|---|---|---|---|"]
+    for k in keys:
+        kq, nq = _quiet(rounds, KBROKER, k), _quiet(rounds, NULL, k)
+        if kq and nq:
+            km, nm = statistics.median(kq), statistics.median(nq)
+            lines.append(f"| {k} | {km:.2f} ({len(kq)}) | {nm:.2f} ({len(nq)}) | {km / nm:.2f} |")
+        else:
+            lines.append(f"| {k} | {len(kq)} quiet pairs | {len(nq)} quiet pairs | - |")
+    lines += ["", f"Where the machine's {os.cpu_count()} cores went (medians over rounds, cores during the measured "
+              "phase): client / brokers (machine busy − client − other CPU). The C tool's CPU is metered from its "
+              "start to its exit and divided by its measured phase, so its figures run a little high:", "",
+              f"| workload | kbroker 1 | kbroker {n} | null 1 | null {n} |", "|---|---|---|---|---|"]
+    for k in keys:
+        cells = [f"{statistics.median(_split(r[kind], k)[0] for r in rounds):.2f} / "
+                 f"{statistics.median(_split(r[kind], k)[1] for r in rounds):.2f}" for kind in kinds]
+        lines.append(f"| {k.removesuffix('_mb_s')} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
