@@ -14,6 +14,16 @@ run the produce and consume workloads, with as little work per request as a Pyth
   1,024 records each), with only the base offset patched, so that any offset below the end offset
   produced so far can be served. A fetch at the end waits (up to max_wait_ms) for the next produce.
 
+Several null brokers can pose as one cluster (``--node-id K --cluster HOST:PORT,...``, the
+listeners of all nodes in node-id order): each advertises every node in Metadata and leads
+partition p of every topic when ``p % N == K`` (replicas = ISR = [leader]); Produce, Fetch and
+ListOffsets for a partition it does not lead get NOT_LEADER_OR_FOLLOWER, as from Kafka. Node 0 is
+the controller and every group's coordinator. The nodes share nothing: each counts only what is
+produced to the partitions it leads, and a topic a node first hears of (by Metadata, a produce or
+CreateTopics sent elsewhere) gets ``--partitions`` partitions, so give every node the partition
+count the workload creates its topics with. ``multiprocess_bench.py`` uses this for the ceiling of
+"N broker processes against 1".
+
 With ``NULL_BROKER_TRACE=FILE`` in its environment every request appends a line to FILE (wall
 time at the answer, api key, connection, correlation id, ms from the frame read to the answer
 built), the same trace points as kbroker's request log, for timelines (``ctp_timeline.py``).
@@ -28,6 +38,7 @@ could do at most. It is not a Kafka: no durability, no groups, no transactions, 
 only as a benchmark ceiling (`bench.py --brokers kbroker,tansu,null`).
 
     .venv/bin/python benchmarks/null_broker.py [--port 19093] [--value-size 1024]
+        [--partitions 4] [--node-id K --cluster HOST:PORT,HOST:PORT,...]
 """
 
 from __future__ import annotations
@@ -59,7 +70,7 @@ BATCH_RECORDS = 1024  # records per served batch (≈ 1 MiB of 1 KiB values, lik
 # api key -> (min, max) version served
 VERSIONS: dict[int, tuple[int, int]] = {0: (3, 8), 1: (4, 12), 2: (1, 7), 3: (0, 12), 10: (0, 3), 18: (0, 3),
                                         19: (0, 7), 22: (0, 4)}
-OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, UNSUPPORTED_VERSION = 1, 3, 35
+OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, UNSUPPORTED_VERSION = 1, 3, 6, 35
 
 _I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
 _PROD_PART = struct.Struct(">ihqq")  # index, error_code, base_offset, log_append_time_ms
@@ -78,6 +89,10 @@ class NullBroker:
 
     def __init__(self, host: str, port: int, value_size: int) -> None:
         self.host, self.port = host, port
+        self.node_id = NODE_ID
+        self.nodes: list[tuple[str, int]] = [(host, port)]  # every node's listener, by node id
+        self.clustered = False  # True: lead only partitions p with p % len(nodes) == node_id
+        self.default_partitions = DEFAULT_PARTITIONS
         self.topics: dict[str, Topic] = {}
         self.next_pid = 1000
         self.value_size = value_size
@@ -94,11 +109,20 @@ class NullBroker:
             18: lambda req, v: self.api_versions(v), 3: self.metadata, 19: self.create_topics,
             2: self.list_offsets, 10: self.find_coordinator, 22: self.init_producer_id}
 
+    def join_cluster(self, node_id: int, nodes: list[tuple[str, int]]) -> None:
+        """Be node ``node_id`` of the null "cluster" whose listeners are ``nodes`` (by node id)."""
+        if not 0 <= node_id < len(nodes):
+            raise ValueError(f"node id {node_id} not in a cluster of {len(nodes)}")
+        self.node_id, self.nodes, self.clustered = node_id, nodes, len(nodes) > 1
+
+    def leader(self, partition: int) -> int:
+        return partition % len(self.nodes) if self.clustered else self.node_id
+
     # -- state ----------------------------------------------------------------------------------
-    def topic(self, name: str, partitions: int = DEFAULT_PARTITIONS) -> Topic:
+    def topic(self, name: str, partitions: int = 0) -> Topic:
         t = self.topics.get(name)
         if t is None:
-            t = self.topics[name] = Topic(name, partitions if partitions > 0 else DEFAULT_PARTITIONS)
+            t = self.topics[name] = Topic(name, partitions if partitions > 0 else self.default_partitions)
         return t
 
     def batch(self, n: int, value_size: int) -> bytes:
@@ -179,6 +203,7 @@ class NullBroker:
     # -- the record paths ---------------------------------------------------------------------------
     def produce(self, body: memoryview, v: int) -> list[bytes] | None:
         req = decode_produce_request(body, v)
+        nodes, me = (len(self.nodes), self.node_id) if self.clustered else (0, 0)  # 0: lead every partition
         out = bytearray(_I32.pack(len(req.topic_data)))
         for td in req.topic_data:
             t = self.topic(td.name)
@@ -187,6 +212,8 @@ class NullBroker:
             for pd in td.partition_data:
                 if not 0 <= pd.index < len(t.end):
                     out += _PROD_PART.pack(pd.index, UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
+                elif nodes and pd.index % nodes != me:
+                    out += _PROD_PART.pack(pd.index, NOT_LEADER_OR_FOLLOWER, -1, -1)
                 else:
                     base = t.end[pd.index]
                     t.end[pd.index] = base + count_records(pd.records)
@@ -215,6 +242,7 @@ class NullBroker:
 
     def _fetch_once(self, req: Any) -> tuple[list[tuple[str, None, list[FetchPartitionOut]]], int]:
         budget = req.max_bytes if req.max_bytes > 0 else 1 << 30
+        nodes, me = (len(self.nodes), self.node_id) if self.clustered else (0, 0)  # 0: lead every partition
         total = 0
         topics = []
         for ft in req.topics:
@@ -224,6 +252,9 @@ class NullBroker:
                 i, offset = fp.partition, fp.fetch_offset
                 if t is None or not 0 <= i < len(t.end):
                     parts.append(FetchPartitionOut(i, UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1, None, b""))
+                    continue
+                if nodes and i % nodes != me:
+                    parts.append(FetchPartitionOut(i, NOT_LEADER_OR_FOLLOWER, -1, -1, -1, None, b""))
                     continue
                 end = t.end[i]
                 value_size = t.value_size if t.value_size is not None else self.value_size
@@ -262,13 +293,16 @@ class NullBroker:
         topics = []
         for name in names:
             t = self.topic(name)  # auto-create, as Kafka does with auto.create.topics.enable
-            parts = [P(version=v, error_code=0, partition_index=i, leader_id=NODE_ID, leader_epoch=0,
-                       replica_nodes=[NODE_ID], isr_nodes=[NODE_ID], offline_replicas=[])
+            parts = [P(version=v, error_code=0, partition_index=i, leader_id=self.leader(i), leader_epoch=0,
+                       replica_nodes=[self.leader(i)], isr_nodes=[self.leader(i)], offline_replicas=[])
                      for i in range(len(t.end))]
             topics.append(T(version=v, error_code=0, name=name, topic_id=t.id, is_internal=False,
                             partitions=parts, authorized_operations=None))
-        brokers = [r.MetadataResponseBroker(version=v, node_id=NODE_ID, host=self.host, port=self.port, rack=None)]
-        return r(version=v, throttle_time_ms=0, brokers=brokers, cluster_id="null-broker", controller_id=NODE_ID,
+        brokers = [r.MetadataResponseBroker(version=v, node_id=k, host=host, port=port, rack=None)
+                   for k, (host, port) in enumerate(self.nodes)] if self.clustered else [
+            r.MetadataResponseBroker(version=v, node_id=self.node_id, host=self.host, port=self.port, rack=None)]
+        controller = 0 if self.clustered else self.node_id
+        return r(version=v, throttle_time_ms=0, brokers=brokers, cluster_id="null-broker", controller_id=controller,
                  topics=topics, authorized_operations=None, error_code=0)
 
     def create_topics(self, req: Any, v: int) -> Any:
@@ -292,6 +326,10 @@ class NullBroker:
                     parts.append(P(version=v, partition_index=lp.partition_index, error_code=UNKNOWN_TOPIC_OR_PARTITION,
                                    timestamp=-1, offset=-1, leader_epoch=-1))
                     continue
+                if self.leader(lp.partition_index) != self.node_id:
+                    parts.append(P(version=v, partition_index=lp.partition_index, error_code=NOT_LEADER_OR_FOLLOWER,
+                                   timestamp=-1, offset=-1, leader_epoch=-1))
+                    continue
                 # -2 earliest -> 0; -1 latest (and any timestamp: nothing is kept) -> the end offset
                 off = 0 if lp.timestamp == -2 else t.end[lp.partition_index]
                 parts.append(P(version=v, partition_index=lp.partition_index, error_code=0, timestamp=-1,
@@ -300,8 +338,11 @@ class NullBroker:
         return r(version=v, throttle_time_ms=0, topics=topics)
 
     def find_coordinator(self, req: Any, v: int) -> Any:
+        # one coordinator for every group and transactional id: node 0 of a cluster, else this node
+        node = 0 if self.clustered else self.node_id
+        host, port = self.nodes[node] if self.clustered else (self.host, self.port)
         return get_spec(10).response(version=v, throttle_time_ms=0, error_code=0, error_message=None,
-                                     node_id=NODE_ID, host=self.host, port=self.port)
+                                     node_id=node, host=host, port=port)
 
     def init_producer_id(self, req: Any, v: int) -> Any:
         self.next_pid += 1
@@ -356,14 +397,13 @@ class NullBrokerProcess:
     run (this file, or null_txn_broker.py for one that also serves groups and transactions)."""
 
     def __init__(self, value_size: int = 1024, port: int | None = None, script: Path | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, args: list[str] | None = None) -> None:
         if port is None:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
+            port = free_port()
         self.port, self.value_size = port, value_size
         self.script = script or Path(__file__).resolve()
         self.env = env or {}
+        self.args = args or []  # more command-line options of the server (--partitions, --cluster, ...)
         self.bootstrap = f"127.0.0.1:{port}"
         self.log_path = Path(f"/tmp/null-broker-{port}.log")
         self.proc: subprocess.Popen[bytes] | None = None
@@ -375,7 +415,7 @@ class NullBrokerProcess:
     def start(self, timeout: float = 30) -> None:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, str(self.script), "--port", str(self.port),
-                                          "--value-size", str(self.value_size)],
+                                          "--value-size", str(self.value_size), *self.args],
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          env={**os.environ, **self.env})
         deadline = time.monotonic() + timeout
@@ -407,8 +447,35 @@ class NullBrokerProcess:
             return ""
 
 
-def run_server(cls: type[NullBroker], host: str, port: int, value_size: int) -> None:
-    """Serve ``cls`` (this null broker or a subclass) until interrupted, on uvloop when installed."""
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_cluster(n: int, value_size: int = 1024, partitions: int = DEFAULT_PARTITIONS) -> list[NullBrokerProcess]:
+    """``n`` null broker subprocesses posing as one cluster (node ids 0..n-1), each started; the caller
+    stops them. ``partitions``: the partition count of the topics the workload will create (the
+    nodes share nothing, so each must assume it for a topic first heard of elsewhere)."""
+    procs = [NullBrokerProcess(value_size) for _ in range(n)]
+    nodes = ",".join(p.bootstrap for p in procs)
+    started: list[NullBrokerProcess] = []
+    try:
+        for k, p in enumerate(procs):
+            p.args = ["--partitions", str(partitions), "--node-id", str(k), "--cluster", nodes]
+            p.start()
+            started.append(p)
+    except BaseException:
+        for p in started:
+            p.stop()
+        raise
+    return procs
+
+
+def run_server(cls: type[NullBroker], host: str, port: int, value_size: int, *, partitions: int = DEFAULT_PARTITIONS,
+               node_id: int = NODE_ID, cluster: list[tuple[str, int]] | None = None) -> None:
+    """Serve ``cls`` (this null broker or a subclass) until interrupted, on uvloop when installed;
+    ``cluster``: every node's listener (by node id), to be node ``node_id`` of a null cluster."""
     try:
         import uvloop
     except ImportError:
@@ -416,7 +483,10 @@ def run_server(cls: type[NullBroker], host: str, port: int, value_size: int) -> 
 
     async def run() -> None:
         b = cls(host, port, value_size)
-        print(f"{cls.__name__} on {host}:{port}", flush=True)
+        b.default_partitions = partitions
+        if cluster:
+            b.join_cluster(node_id, cluster)
+        print(f"{cls.__name__} node {b.node_id} on {host}:{port}", flush=True)
         await b.serve()
 
     try:
@@ -430,9 +500,27 @@ def main() -> int:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=19093)
     ap.add_argument("--value-size", type=int, default=1024, help="value bytes of the records Fetch serves")
+    ap.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS,
+                    help="partitions of a topic created without a count (by Metadata or Produce)")
+    ap.add_argument("--node-id", type=int, default=NODE_ID, help="this node's id in --cluster")
+    ap.add_argument("--cluster", type=parse_nodes, metavar="HOST:PORT,...",
+                    help="listeners of all nodes of a null cluster, in node-id order (this one's included)")
     args = ap.parse_args()
-    run_server(NullBroker, args.host, args.port, args.value_size)
+    if args.cluster and not (0 <= args.node_id < len(args.cluster) and args.cluster[args.node_id][1] == args.port):
+        ap.error("--cluster must list this node's --port at position --node-id")
+    run_server(NullBroker, args.host, args.port, args.value_size, partitions=args.partitions,
+               node_id=args.node_id, cluster=args.cluster)
     return 0
+
+
+def parse_nodes(text: str) -> list[tuple[str, int]]:
+    nodes = []
+    for item in text.split(","):
+        host, _, port = item.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise argparse.ArgumentTypeError(f"not HOST:PORT: {item!r}")
+        nodes.append((host, int(port)))
+    return nodes
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ run the same workloads honestly: confluent-kafka produce (acks=all, idempotent) 
 consumer that checks CRCs and gets every offset below the end exactly once, with values of the size
 produced; txn_bench's commits and consume-transform-produce phases (whose end check needs the
 group's committed offsets to cover every input record); and librdkafka's rdkafka_performance when
-make bench has built it. Also: a `--quick` run must not write its report over the committed one.
+make bench has built it. Several null brokers posing as one cluster (multiprocess_bench's ceiling)
+advertise each other and lead their share of the partitions. Also: a `--quick` run must not write
+its report over the committed one.
 """
 
 from __future__ import annotations
@@ -122,3 +124,39 @@ def test_quick_run_does_not_write_the_committed_report() -> None:
     assert bench.parse_args(["--quick"]).out != committed
     assert bench.parse_args([]).out == committed
     assert bench.parse_args(["--quick", "--out", str(committed)]).out == committed  # only when asked
+
+
+def test_null_brokers_pose_as_a_cluster_of_partition_leaders() -> None:
+    # multiprocess_bench's ceiling: two null brokers, partition p led by node p % 2. Clients must see
+    # both nodes, send each partition to its leader, and get NOT_LEADER_OR_FOLLOWER elsewhere.
+    from confluent_kafka.admin import AdminClient
+    from kafka.protocol.consumer import FetchRequest
+    from null_broker import start_cluster
+
+    from tests.helpers.wire import send_request
+
+    nodes = start_cluster(2, value_size=VALUE_SIZE, partitions=4)
+    try:
+        bootstrap = ",".join(n.bootstrap for n in nodes)
+        topic = wl.unique("nbc")
+        wl.create_topic(nodes[0].bootstrap, topic)
+        md = AdminClient({"bootstrap.servers": nodes[1].bootstrap}).list_topics(topic, timeout=10)
+        assert sorted(md.brokers) == [0, 1] and md.controller_id == 0
+        assert {p.id: (p.leader, p.isrs) for p in md.topics[topic].partitions.values()} == {
+            0: (0, [0]), 1: (1, [1]), 2: (0, [0]), 3: (1, [1])}
+        r = wl.produce(bootstrap, None, records=2000, size=VALUE_SIZE, acks="all")
+        c = wl.consume(bootstrap, None, topic=r["topic"], expected=r["records_total"], size=VALUE_SIZE)
+        assert c["records"] == r["records_total"]
+        T = FetchRequest.FetchTopic
+        fetch = FetchRequest(version=11, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                             isolation_level=0, session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
+                             topics=[T(version=11, topic=r["topic"], partitions=[
+                                 T.FetchPartition(version=11, partition=p, current_leader_epoch=-1, fetch_offset=0,
+                                                  log_start_offset=-1, partition_max_bytes=1 << 20)
+                                 for p in range(4)])])
+        errors = {p.partition_index: p.error_code
+                  for p in send_request(nodes[1].bootstrap, fetch, 11).responses[0].partitions}
+        assert errors == {0: 6, 1: 0, 2: 6, 3: 0}
+    finally:
+        for n in nodes:
+            n.stop()
