@@ -63,6 +63,15 @@ _conn_ids = itertools.count(1)
 # of the frame (a factor of 2 copied a whole 1 MB produce frame once more: +30% per round trip).
 _MIN_PARTIAL = 16 * 1024
 _GROWTH = 4
+# Read-ahead of one connection: once the frames it has read and not yet answered (the one being
+# handled included) hold this much, it reads no further frame until they drop below half of it;
+# a frame already started is read to its end first. Kafka reads one request per connection at a
+# time; reading ahead without a byte bound let one pipelining producer fill the whole
+# queued.max.request.bytes pool with acks=all requests waiting for replication, and an exhausted
+# pool stops reading every connection -- the followers' fetches too, which are what completes
+# those requests: an RF=3 produce of 400 MB then stalled until replica.lag.time.max.ms dropped the
+# followers from the ISR (1-3 MB/s instead of ~100-300, 4 runs in 5).
+READ_AHEAD_BYTES = 4 << 20
 # Test-only: log at DEBUG how many bytes a partly read frame holds (see tests/integration/test_connection_limits.py).
 _TRACE_BUFFERS = os.environ.get("KBROKERTEST_TRACE_REQUEST_BUFFERS") == "1"
 # Test-only: log each response whose record bytes went out with sendfile (tests/integration/test_zero_copy_fetch.py).
@@ -334,7 +343,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return  # read before the hold took effect: handled once admitted
         if self._worker is None or self._worker.done():
             self._worker = self.server.loop.create_task(self._process())
-        if len(self._frames) > self.server.max_queued:
+        if len(self._frames) > self.server.max_queued or (self._partial is None and self._held >= READ_AHEAD_BYTES):
             self._pause("queue")
 
     def eof_received(self) -> bool | None:
@@ -363,7 +372,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         try:
             while self._frames and not self._closed:
                 frame = self._frames.popleft()
-                if len(self._frames) < self.server.max_queued // 2:
+                if len(self._frames) < self.server.max_queued // 2 and self._held - len(frame) < READ_AHEAD_BYTES // 2:
                     self._resume("queue")
                 if out and int.from_bytes(frame[:2], "big", signed=True) in _PARKING_APIS:
                     await self._write(out)
