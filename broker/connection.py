@@ -298,6 +298,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
         except OSError:
             return 0
 
+    def _read_ahead(self) -> int:
+        """Bytes of frames read whole and not yet answered (the one being handled included). Not
+        the frame still arriving: one admitted while reading was paused for this bound (on memory
+        coming back) must not keep it paused, or that frame would never be read to its end."""
+        return self._held - (self._need if self._partial is not None else 0)
+
     def _reserve(self, n: int) -> None:
         self._held += n
         self.pool.reserve(n)
@@ -343,7 +349,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return  # read before the hold took effect: handled once admitted
         if self._worker is None or self._worker.done():
             self._worker = self.server.loop.create_task(self._process())
-        if len(self._frames) > self.server.max_queued or (self._partial is None and self._held >= READ_AHEAD_BYTES):
+        if len(self._frames) > self.server.max_queued or (self._partial is None and self._read_ahead() >= READ_AHEAD_BYTES):
             self._pause("queue")
 
     def eof_received(self) -> bool | None:
@@ -372,7 +378,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         try:
             while self._frames and not self._closed:
                 frame = self._frames.popleft()
-                if len(self._frames) < self.server.max_queued // 2 and self._held - len(frame) < READ_AHEAD_BYTES // 2:
+                if len(self._frames) < self.server.max_queued // 2 and self._read_ahead() - len(frame) < READ_AHEAD_BYTES // 2:
                     self._resume("queue")
                 if out and int.from_bytes(frame[:2], "big", signed=True) in _PARKING_APIS:
                     await self._write(out)

@@ -15,6 +15,7 @@ import resource
 import selectors
 import socket
 import struct
+import threading
 import time
 
 import pytest
@@ -158,6 +159,53 @@ def test_memory_pool_pauses_reading_instead_of_closing(broker_factory):
         assert struct.unpack_from(">i", read_frame(b))[0] == 2
         b.sendall(encode_request(ApiVersionsRequest(version=0), 0, 3))
         assert struct.unpack_from(">i", read_frame(b))[0] == 3
+    assert "closing connection" not in broker.log_text()
+
+
+def _padded(frame: bytes, size: int) -> bytes:
+    """A request frame padded with zeros to ``size`` bytes of payload (the decoders ignore them)."""
+    body = frame[4:] + b"\0" * (size - len(frame) + 4)
+    return struct.pack(">i", len(body)) + body
+
+
+def test_a_frame_admitted_while_reading_is_paused_for_read_ahead_is_read_to_its_end(broker_factory):
+    """A connection stops reading once 4 MiB of its requests wait for answers
+    (broker.connection.READ_AHEAD_BYTES). If memory comes back while it is paused so, the frame
+    whose start it had read is admitted; that frame does not count as read ahead, or the connection
+    would stay paused with it half read and never answer it."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from kafka.protocol.consumer import FetchRequest
+
+    broker = _traced_broker(broker_factory, {"queued.max.request.bytes": str(8 << 20)})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("read-ahead", 1, 1)])["read-ahead"].result(30)
+    del admin
+    T = FetchRequest.FetchTopic
+    fetch = FetchRequest(version=4, replica_id=-1, max_wait_ms=4000, min_bytes=1, max_bytes=1 << 20,
+                         isolation_level=0, topics=[T(version=4, topic="read-ahead", partitions=[
+                             T.FetchPartition(version=4, partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])])
+    parked = _padded(encode_request(fetch, 4, 1), 9 << 19)  # 4.5 MiB: waits 4 s for records
+    small = encode_request(ApiVersionsRequest(version=0), 0, 2)
+    later = _padded(encode_request(ApiVersionsRequest(version=0), 0, 3), 3 << 20)
+    exhaust = _padded(encode_request(ApiVersionsRequest(version=0), 0, 99), 4 << 20)
+    addr = parse_bootstrap(broker.bootstrap)
+    with socket.create_connection(addr, timeout=30) as a, socket.create_connection(addr, timeout=30) as b:
+        b.sendall(parked)  # read whole, handled: it parks holding 4.5 MiB
+        wait_for(lambda: any(r == t == 9 << 19 for _, r, t in _traces(broker.log_text())), "the parked fetch")
+        a.sendall(exhaust[:1004])  # size and 1,000 bytes, admitted: 8.5 MiB of an 8 MiB pool
+        wait_for(lambda: any(r == 1000 and t == 4 << 20 for _, r, t in _traces(broker.log_text())),
+                 "the start of the frame that exhausts the pool")
+        # b: a whole small request and the start of a 3 MiB one, no memory for it: b pauses for
+        # memory, and for read-ahead (4.5 MiB + the small one wait for answers).
+        b.sendall(small + later[:1000])
+        wait_for(lambda: "reading paused, queued.max.request.bytes" in broker.log_text(), "b to pause for memory")
+        a.sendall(exhaust[1004:])  # handled: memory returns, b's 3 MiB frame is admitted
+        assert struct.unpack_from(">i", read_frame(a))[0] == 99
+        sender = threading.Thread(target=b.sendall, args=(later[1000:],), daemon=True)
+        sender.start()
+        # The fetch answers after its 4 s; then the small request; then the 3 MiB one, once b reads again.
+        assert [struct.unpack_from(">i", read_frame(b))[0] for _ in range(3)] == [1, 2, 3]
+        sender.join(30)
     assert "closing connection" not in broker.log_text()
 
 
