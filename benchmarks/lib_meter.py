@@ -27,9 +27,14 @@ def process_cpu(pid: int | None) -> float | None:
     if pid is None:
         return None
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return _stat_cpu(Path(f"/proc/{pid}/stat"))
     except OSError:
         return None
+
+
+def _stat_cpu(stat: Path) -> float:
+    """utime + stime of a /proc stat file (a process's or a thread's), in seconds."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     # After the ")" the fields are numbered from 3 (state); utime/stime are 14/15 -> index 11/12.
     return (int(fields[11]) + int(fields[12])) / _TICK
 
@@ -47,11 +52,10 @@ def thread_cpu(pid: int | None) -> dict[int, tuple[str, float]]:
         return out
     for tid in tids:
         try:
-            comm = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
-            fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+            out[tid] = (Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip(),
+                        _stat_cpu(Path(f"/proc/{pid}/task/{tid}/stat")))
         except OSError:
             continue
-        out[tid] = (comm, (int(fields[11]) + int(fields[12])) / _TICK)
     return out
 
 
