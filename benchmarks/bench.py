@@ -9,7 +9,9 @@ responses, storing nothing, plus groups and transactions kept in memory; the cei
 client and the machine can do), then runs every workload against each broker back to back,
 alternating the order from round to round, so slow drifts on a shared machine hit all alike. The
 null broker runs every workload but latency (produce, consume, txn, ctp, cclient). Reported
-figures are medians over rounds. Prints a table and writes README.md, latest.json and PNG charts to
+figures are medians over rounds. Before each workload a page-cache ballast (lib_page_cache.py) fills
+the memory the VM has free, so the logs are written into memory in use (``--cold-memory``: not).
+Prints a table and writes README.md, latest.json and PNG charts to
 the output directory (with --quick: benchmarks/results/quick/, gitignored, so a smoke run never
 overwrites the committed report). The confluent-kafka workloads are in lib_workloads.py, the C client
 (librdkafka's rdkafka_performance, built by `make bench`) in lib_cclient.py, CPU accounting in
@@ -39,6 +41,7 @@ import lib_cclient  # noqa: E402
 import lib_report  # noqa: E402
 import lib_txn  # noqa: E402
 import lib_workloads as wl  # noqa: E402
+from lib_page_cache import Ballast  # noqa: E402
 from null_broker import NullBrokerProcess  # noqa: E402
 from tansu import TansuProcess  # noqa: E402
 
@@ -106,13 +109,18 @@ PRODUCE_VARIANTS: tuple[tuple[str, dict[str, Any]], ...] = (
 )
 
 
-def run_workloads(broker: Broker, which: str, args: argparse.Namespace, state: dict[str, Any]
-                  ) -> dict[str, Any]:
-    """Run one workload family against one broker; returns {workload_key: figures}."""
+def run_workloads(broker: Broker, which: str, args: argparse.Namespace, state: dict[str, Any],
+                  ballast: Ballast | None = None) -> dict[str, Any]:
+    """Run one workload family against one broker; returns {workload_key: figures}. ``ballast``:
+    topped up before each workload."""
     bs, pid, size = broker.bootstrap, broker.pid, args.size
+    if ballast is not None:
+        ballast.top_up()
     if which == "produce":
         out = {}
-        for key, kw in PRODUCE_VARIANTS:
+        for i, (key, kw) in enumerate(PRODUCE_VARIANTS):
+            if ballast is not None and i:
+                ballast.top_up()
             try:
                 out[key] = wl.produce(bs, pid, records=args.records, size=size, **kw)
             except Exception as e:  # one variant (e.g. a codec a broker lacks) must not lose the others
@@ -199,6 +207,7 @@ def meta(args: argparse.Namespace, brokers: list[str]) -> dict[str, Any]:
                      "txn_value_size": lib_txn.value_size(args.size)},
         "notes": args.notes,
         "nice": -args.nice if args.nice else 0,
+        "warm_memory": not args.cold_memory,
     }
 
 
@@ -227,6 +236,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="run the benchmark and both brokers at nice -N (needs root): on a shared machine "
                          "other processes then take less CPU from the measurement")
     ap.add_argument("--notes", default="", help="free text appended to the report")
+    ap.add_argument("--cold-memory", action="store_true",
+                    help="no page-cache ballast: kbroker writes its log into whatever memory the VM has free")
     ap.add_argument("--report-only", type=Path, metavar="JSON",
                     help="rewrite the report and charts from a saved latest.json, without measuring")
     args = ap.parse_args(argv)
@@ -271,6 +282,23 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.monotonic()
     data_root = args.data_dir or Path(tempfile.gettempdir())
     data_root.mkdir(parents=True, exist_ok=True)
+    ballast_dir = tempfile.TemporaryDirectory(prefix="kbroker-bench-ballast-", dir=data_root)
+    ballast = Ballast(ballast_dir.name)
+    try:
+        run_rounds(args, which, brokers, data_root, results, None if args.cold_memory else ballast)
+    finally:
+        ballast.close()
+        ballast_dir.cleanup()
+    results["meta"]["elapsed_s"] = time.monotonic() - t_start
+    table = lib_report.write(results, args.out)
+    print()
+    print(table)
+    print(f"\nreport: {args.out / 'README.md'} ({time.monotonic() - t_start:.0f} s)")
+    return 0
+
+
+def run_rounds(args: argparse.Namespace, which: list[str], brokers: list[str], data_root: Path,
+               results: dict[str, Any], ballast: Ballast | None) -> None:
     for rnd in range(args.rounds):
         order = brokers if rnd % 2 == 0 else brokers[::-1]
         print(f"== round {rnd + 1}/{args.rounds} (order: {', '.join(order)})", flush=True)
@@ -286,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
                     if name == "null" and w not in NULL_WORKLOADS:
                         continue
                     try:
-                        figs = run_workloads(started[name], w, args, state[name])
+                        figs = run_workloads(started[name], w, args, state[name], ballast)
                     except Exception as e:  # record and go on: one failure must not lose the run
                         traceback.print_exc()
                         print(started[name].log(), file=sys.stderr)
@@ -300,12 +328,6 @@ def main(argv: list[str] | None = None) -> int:
             for b in started.values():
                 b.stop()
         results["rounds"].append(figures)
-    results["meta"]["elapsed_s"] = time.monotonic() - t_start
-    table = lib_report.write(results, args.out)
-    print()
-    print(table)
-    print(f"\nreport: {args.out / 'README.md'} ({time.monotonic() - t_start:.0f} s)")
-    return 0
 
 
 if __name__ == "__main__":

@@ -16,7 +16,10 @@ and runs against each, with the same client settings (confluent-kafka, lib_workl
   In the cluster a record becomes readable only once the high watermark covers it, so this is the
   replication commit latency as a client sees it.
 CPU: user+system seconds of all broker processes over each workload call (topic creation and the
-workload's warm-up included). Medians over rounds are printed and written to
+workload's warm-up included). Before each setup starts, a page-cache ballast (lib_page_cache.py)
+fills the memory the VM has free, so both setups write their logs into memory in use, as on a
+broker host that has run a while (``--cold-memory``: without it; on this VM the first write into
+memory new to it costs ~2.5 CPU-ms per MB, paid once per replica). Medians over rounds are printed and written to
 ``cluster_bench.md`` and ``cluster_bench.json`` in benchmarks/results/ (with --quick in
 benchmarks/results/quick/, which git ignores). Every loop is bounded in records and time.
 """
@@ -45,6 +48,7 @@ import confluent_kafka  # noqa: E402
 import lib_workloads as wl  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from lib_meter import process_cpu  # noqa: E402
+from lib_page_cache import Ballast  # noqa: E402
 from lib_report import fmt  # noqa: E402
 
 from benchmarks.produce_consume import git_commit  # noqa: E402
@@ -218,6 +222,15 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         "",
         *table,
         "",
+        ("Memory: a page-cache ballast (benchmarks/lib_page_cache.py) filled what the VM had free before each "
+         "setup started (MemFree after it, MB: " + "; ".join(
+             f"round {i + 1}: " + ", ".join(f"{s} {r[s]['ballast']['free_after_mb']}" for s in SETUPS
+                                            if (r.get(s) or {}).get("ballast"))
+             for i, r in enumerate(results["rounds"])) + "), so the logs were written into memory in use."
+         if m.get("warm_memory") else
+         "Memory: cold (--cold-memory): the logs were written into whatever memory the VM had free; on this "
+         "VM the first write into memory new to it costs ~2.5 CPU-ms per MB (replication_floor.py)."),
+        "",
         "1-minute load average before each run (" + "; ".join(
             f"round {i + 1}: " + ", ".join(f"{s} {r[s]['load_avg_1m']:.1f}" for s in SETUPS if s in r)
             for i, r in enumerate(results["rounds"])) + ") — the machine's 2 cores are shared: the spread "
@@ -231,7 +244,8 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]]) -> str:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--records", type=int, default=200_000, help="records in the produce phase")
+    ap.add_argument("--records", type=int, default=1_000_000,
+                    help="records in the produce phase (200,000 took under a second at RF=3: its rounds spread 2x)")
     ap.add_argument("--size", type=int, default=1024, help="record value bytes")
     ap.add_argument("--latency-rate", type=int, default=2_000)
     ap.add_argument("--latency-seconds", type=float, default=8.0)
@@ -239,6 +253,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, default=None,
                     help="report directory (default benchmarks/results; with --quick benchmarks/results/quick)")
     ap.add_argument("--notes", default="", help="free text added to the report")
+    ap.add_argument("--cold-memory", action="store_true",
+                    help="no page-cache ballast: the brokers write into whatever memory the VM has free")
     ap.add_argument("--report-only", type=Path, metavar="JSON",
                     help="rewrite the report from a saved cluster_bench.json, without measuring")
     args = ap.parse_args(argv)
@@ -266,21 +282,25 @@ def main(argv: list[str] | None = None) -> int:
         "client": confluent_kafka.__version__, "rounds": args.rounds, "records": args.records, "size": args.size,
         "latency_rate": args.latency_rate, "latency_seconds": args.latency_seconds, "notes": args.notes,
     }, "rounds": []}
+    results["meta"]["warm_memory"] = not args.cold_memory
     starters = {"single": start_single, "cluster": start_cluster}
-    for i in range(args.rounds):
-        order = SETUPS if i % 2 == 0 else SETUPS[::-1]
-        rnd: dict[str, Any] = {}
-        for name in order:
-            with tempfile.TemporaryDirectory(prefix=f"cluster-bench-{name}-") as tmp:
-                print(f"round {i + 1}/{args.rounds}: {name}", flush=True)
-                load = os.getloadavg()[0]  # other processes on a shared machine skew every figure
-                setup = starters[name](Path(tmp))
-                try:
-                    rnd[name] = run_setup(setup, args)
-                    rnd[name]["load_avg_1m"] = load
-                finally:
-                    setup.stop()
-        results["rounds"].append(rnd)
+    with tempfile.TemporaryDirectory(prefix="cluster-bench-ballast-") as ballast_dir, Ballast(ballast_dir) as ballast:
+        for i in range(args.rounds):
+            order = SETUPS if i % 2 == 0 else SETUPS[::-1]
+            rnd: dict[str, Any] = {}
+            for name in order:
+                with tempfile.TemporaryDirectory(prefix=f"cluster-bench-{name}-") as tmp:
+                    print(f"round {i + 1}/{args.rounds}: {name}", flush=True)
+                    warm = None if args.cold_memory else ballast.top_up()
+                    load = os.getloadavg()[0]  # other processes on a shared machine skew every figure
+                    setup = starters[name](Path(tmp))
+                    try:
+                        rnd[name] = run_setup(setup, args)
+                        rnd[name]["load_avg_1m"] = load
+                        rnd[name]["ballast"] = warm
+                    finally:
+                        setup.stop()
+            results["rounds"].append(rnd)
     rows = medians(results)
     print(text_table(rows))
     args.out.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,10 @@ order flips every round, so load drift hits both alike) produces ``--records`` x
 ``rdkafka_performance`` (acks=all, 4 partitions; ``make bench`` builds it) into a fresh topic with
 RF=1 and into one with RF=3 (min.insync.replicas=2), and reads each back. Prints the medians and the
 paired ratio (RF=3 / RF=1) and writes ``cluster_rf_bench.md`` / ``.json``. Every load is bounded in
-records and time (lib_cclient's timeouts).
+records and time (lib_cclient's timeouts). Before each load a page-cache ballast (lib_page_cache.py)
+fills the memory the VM has free, so the logs are written into memory in use (``--cold-memory``:
+not; on this VM the first write into memory new to it costs ~2.5 CPU-ms per MB, and RF=3 writes
+each byte three times).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ sys.path[:0] = [str(HERE), str(ROOT)]
 
 import lib_cclient  # noqa: E402
 from cluster_bench import start_cluster, topic_factory  # noqa: E402
+from lib_page_cache import Ballast  # noqa: E402
 
 FIGURES = ("c_produce_mb_s", "c_consume_mb_s")
 
@@ -41,18 +45,21 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--records", type=int, default=300_000)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--cold-memory", action="store_true", help="no page-cache ballast before each load")
     args = ap.parse_args()
     if not lib_cclient.available():
         print("rdkafka_performance is not built: run `make bench` once (benchmarks/build_rdkafka_perf.sh)")
         return 2
     rounds: list[dict[int, dict[str, float]]] = []
-    with tempfile.TemporaryDirectory(prefix="kbroker-rf-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="kbroker-rf-") as tmp, Ballast(tmp) as ballast:
         setup = start_cluster(Path(tmp))
         try:
             for i in range(args.rounds):
                 order = (1, 3) if i % 2 == 0 else (3, 1)
                 r: dict[int, dict[str, float]] = {}
                 for rf in order:
+                    if not args.cold_memory:
+                        ballast.top_up()
                     r[rf] = one_round(setup.bootstrap, setup.pids, rf, args.records)
                     print(f"round {i + 1}: RF={rf} {json.dumps(r[rf])}", flush=True)
                 rounds.append(r)
@@ -72,7 +79,9 @@ def main() -> int:
         "# RF=3 against RF=1 on one 3-broker cluster (C client)", "",
         f"`benchmarks/cluster_rf_bench.py`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
         f"{len(rounds)} alternating rounds, {args.records:,} x 1 KiB, acks=all, 4 partitions, librdkafka "
-        f"{lib_cclient.library_version() or '?'} (rdkafka_performance).", "",
+        f"{lib_cclient.library_version() or '?'} (rdkafka_performance). Memory: "
+        + ("cold (`--cold-memory`)." if args.cold_memory else
+           "a page-cache ballast (lib_page_cache.py) filled what the VM had free before each load."), "",
         "| figure (MB/s) | RF=1 | RF=3 | ratio of medians | paired ratio |", "|---|---|---|---|---|",
         *(f"| {f} | {a:.1f} | {b:.1f} | {c:.2f} | {d:.2f} |" for f, a, b, c, d in rows), ""]
     (args.out / "cluster_rf_bench.md").write_text("\n".join(lines))

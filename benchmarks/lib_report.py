@@ -344,6 +344,12 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]], images: list[s
         f"the venv has it, else the system's).",
         f"kbroker: `python -m broker serve`, log on {meta['kbroker_data']} (real files; Tansu keeps "
         "everything in memory).",
+        *(["Memory: before each workload a page-cache ballast (`benchmarks/lib_page_cache.py`) filled what the "
+           "VM had free, so logs were written into memory in use, as on a host that has run a while."]
+          if meta.get("warm_memory") else
+          ["Memory: cold (`--cold-memory`): logs were written into whatever memory the VM had free; on this VM "
+           "the first write into memory new to it costs ~2.5 CPU-ms per MB (`benchmarks/replication_floor.py`)."]
+          if "warm_memory" in meta else []),
         "",
         f"{meta['rounds']} rounds; in each round every workload runs against both brokers back to back "
         "(the order alternates between rounds). Figures are medians over rounds; `k/t` = kbroker ÷ Tansu; "

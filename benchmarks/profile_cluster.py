@@ -10,6 +10,9 @@ whose every partition is led by broker 1 (explicit assignment), so broker 1 is t
 partitions (spread over the brokers) and leaves them idle. Each broker's user+system CPU over the
 produce phase is divided by the MB produced; with profiling on, each broker's hottest functions are
 printed (py-spy adds a little CPU to each broker alike). Every loop is bounded in records and time.
+Before the load a page-cache ballast (lib_page_cache.py) fills the memory the VM has free, so the logs
+are written into memory in use (``--cold-memory``: not; on this VM that adds ~2.5 CPU-ms per MB
+each broker writes into memory new to it).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ sys.path[:0] = [str(HERE), str(ROOT)]
 import lib_workloads as wl  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from lib_meter import process_cpu, thread_cpu  # noqa: E402
+from lib_page_cache import Ballast  # noqa: E402
 from profile_broker import Spy, load_folded, render, summarise  # noqa: E402
 
 from tests.helpers.cluster_proc import BrokerCluster  # noqa: E402
@@ -78,11 +82,12 @@ def main() -> int:
     ap.add_argument("--native", action="store_true", help="py-spy --native: C frames too")
     ap.add_argument("--top", type=int, default=18)
     ap.add_argument("--raw-dir", default="/tmp/kbroker-profiles")
+    ap.add_argument("--cold-memory", action="store_true", help="no page-cache ballast before the load")
     args = ap.parse_args()
     raw_dir = Path(args.raw_dir)
     raw_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    with tempfile.TemporaryDirectory(prefix="kbroker-cprof-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="kbroker-cprof-") as tmp, Ballast(tmp) as ballast:
         etcd = EtcdProcess(Path(tmp) / "etcd")
         etcd.start()
         # Kafka's session timings rather than the tests' short ones: a loaded machine must not fence brokers.
@@ -103,6 +108,8 @@ def main() -> int:
             _wait_isr(bs, topic)
             wl.create_topic = lambda *_a, **_k: None  # made above, with its assignment
             pids = {n: b.proc.pid for n, b in cluster.brokers.items() if b.proc is not None}
+            if not args.cold_memory:
+                print(f"page-cache ballast: {ballast.top_up()}")
             spies = {} if args.no_profile else {
                 n: Spy(pid, raw_dir / f"cluster-{stamp}-broker{n}.folded", args.rate, args.native, False)
                 for n, pid in pids.items()}

@@ -11,6 +11,13 @@ A replicated write costs, whatever broker does it:
 - **send** (the leader's extra per follower): ``sendfile`` of 1 MiB pieces of a page-cached file to a
   loopback TCP socket, as the leader serves a follower's fetch.
 
+The receiver deletes its file every 256 MiB and writes the next into the pages just freed. A broker
+keeps its log, so its writes take pages the kernel has not used lately; on this VM such a page can
+be one the host has taken back (free page reporting, benchmarks/lib_page_cache.py), and faulting it
+in again costs far more than the copy. ``--page-cache-mb`` measures that apart: the CPU of writing
+that many MB to a new file right after deleting one as large (pages reused), and again after the
+guest has had ``--settle-s`` seconds to hand the freed pages back (pages new to the VM).
+
 Two processes, a sender and a receiver, move ``--mb`` MB; each one's user+system CPU is divided by
 the MB moved. The floor of the RF=3 / single-node ratio is then
 ``(S + 2 x send + 2 x receive) / S`` where S is the single node's measured CPU per MB
@@ -33,6 +40,9 @@ from multiprocessing import Process, Queue
 from pathlib import Path
 
 import crc32c
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lib_page_cache import mem_free_mb, reported_mb  # noqa: E402
 
 CHUNK = 1 << 20
 SEGMENT = 256 << 20  # the receiver starts a new file after this much, so the disk use stays bounded
@@ -105,6 +115,38 @@ def _sender(port: int, out_q: Queue, directory: str, total: int) -> None:
     out_q.put(("send", sent, cpu))
 
 
+def _write_new_file(path: Path, mb: int) -> float:
+    """CPU seconds to write ``mb`` MiB to a new file (not synced: the page-cache copy only)."""
+    zeros = bytes(CHUNK)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    c0 = _cpu()
+    try:
+        for _ in range(mb):
+            os.write(fd, zeros)
+        return _cpu() - c0
+    finally:
+        os.close(fd)
+
+
+def page_cache_write_cost(directory: str, mb: int, settle_s: float) -> dict[str, float]:
+    """CPU-ms per MB of page-cache writes into pages just freed, and into pages left free long
+    enough for the guest to return them to the host."""
+    path = Path(directory) / "page-cache.probe"
+    free = mem_free_mb()
+    _write_new_file(path, mb)
+    path.unlink()
+    reused = _write_new_file(path, mb)
+    path.unlink()
+    before = reported_mb()
+    time.sleep(settle_s)
+    reported = reported_mb()
+    new = _write_new_file(path, mb)
+    path.unlink()
+    mb_ = mb * CHUNK / 1e6
+    return {"reused": reused * 1000 / mb_, "new": new * 1000 / mb_, "mem_free_mb": free,
+            "reported_mb": (reported - before) if reported is not None and before is not None else -1}
+
+
 def one_round(directory: str, total: int) -> dict[str, float]:
     port_q: Queue = Queue()
     out_q: Queue = Queue()
@@ -133,9 +175,19 @@ def main() -> int:
     ap.add_argument("--single-ms", type=float, default=None,
                     help="a single node's broker CPU-ms per MB, to print the RF=3 / single floor")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    ap.add_argument("--page-cache-mb", type=int, default=1000,
+                    help="MB written to measure the page cache's first-write cost (0: skip)")
+    ap.add_argument("--settle-s", type=float, default=8.0,
+                    help="seconds left to the guest to hand freed pages back to the host")
     args = ap.parse_args()
     rounds = []
+    cache: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="kbroker-floor-", dir=args.dir) as tmp:
+        if args.page_cache_mb:
+            cache = page_cache_write_cost(tmp, args.page_cache_mb, args.settle_s)
+            print(f"page cache, {args.page_cache_mb} MB: reused pages {cache['reused']:.3f} CPU-ms/MB, pages new to "
+                  f"the VM {cache['new']:.3f} (MemFree {cache['mem_free_mb']} MB, handed back to the host meanwhile "
+                  f"{cache['reported_mb']} MB)")
         for i in range(args.rounds):
             r = one_round(tmp, args.mb * 1_000_000)
             r["load"] = os.getloadavg()[0]
@@ -152,7 +204,13 @@ def main() -> int:
     lines += [f"| {i + 1} | {r['mb_s']:.0f} | {r['receive']:.3f} | {r['send']:.3f} | {r['load']:.2f} |"
               for i, r in enumerate(rounds)]
     lines.append(f"\nMedians: receive + CRC + write **{recv:.3f}**, send **{send:.3f}** CPU-ms per MB.")
-    out = {"rounds": rounds, "receive_ms_per_mb": recv, "send_ms_per_mb": send}
+    out = {"rounds": rounds, "receive_ms_per_mb": recv, "send_ms_per_mb": send, "page_cache": cache}
+    if cache:
+        lines.append(f"\nPage cache, writing {args.page_cache_mb} MB to a new file (MemFree {cache['mem_free_mb']} MB at "
+                     f"the start): into pages just freed **{cache['reused']:.3f}** CPU-ms per MB; after "
+                     f"{args.settle_s:.0f} s idle, in which the guest handed {cache['reported_mb']} MB back to the "
+                     f"host, **{cache['new']:.3f}**. The rounds above reuse their pages; a broker's log on a VM "
+                     "with memory free pays the second figure for each byte each replica writes.")
     print(f"medians: receive+crc+write {recv:.3f}, send {send:.3f} CPU-ms per MB")
     if args.single_ms:
         s = args.single_ms

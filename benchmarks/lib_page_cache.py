@@ -1,0 +1,93 @@
+"""A page-cache ballast: benchmark a broker on a machine whose memory is in use, as a host that has
+been up for a while is, not on memory the VM has never touched.
+
+This machine is a VM whose host backs guest memory lazily and takes freed memory back within
+seconds (virtio-balloon free page reporting: /sys/module/page_reporting). The first write into a
+page the guest does not hold costs the writer ~2.5 CPU-ms per MB (the host faults the page in; it
+shows as time in the kernel's page-cache copy), against ~0.16 for a page it reuses
+(``replication_floor.py`` measures both). A broker host that has run a while has its memory full of
+page cache, so new log data takes pages reclaimed from old cache; a benchmark started with 14 GB
+free instead pays the first touch for every byte it writes, and pays it per replica: RF=3 writes
+each byte three times, so a cold VM inflates the cluster's CPU per MB against one node.
+
+:class:`Ballast` fills memory with the page cache of one file in a scratch directory until only
+``keep_free_mb`` is free (``top_up()`` before each measured phase writes back what the last phase
+freed), and deletes the file at ``close()``. Page cache is reclaimable, so nothing is taken from a
+process that needs memory; the file is written to disk (fdatasync'ed, so its write-back is not
+part of the next measurement), and it is never larger than what the file system can spare.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+CHUNK = 1 << 20
+# Left free on the file system after the ballast (the benchmark's own logs need room too).
+DISK_RESERVE = 8 << 30
+REPORTING = Path("/sys/module/page_reporting/parameters/reported_kib")
+
+
+def mem_free_mb() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemFree:"):
+            return int(line.split()[1]) // 1024
+    raise RuntimeError("no MemFree in /proc/meminfo")
+
+
+def reported_mb() -> int | None:
+    """Memory the guest has handed back to the host since boot (None: no free page reporting)."""
+    try:
+        return int(REPORTING.read_text()) // 1024
+    except (OSError, ValueError):
+        return None
+
+
+class Ballast:
+    def __init__(self, directory: str | os.PathLike[str], keep_free_mb: int = 512) -> None:
+        self.path = Path(directory) / "page-cache-ballast"
+        self.keep_free_mb = keep_free_mb
+        self.size = 0
+        self._zeros = bytes(CHUNK)
+
+    def top_up(self, limit_s: float = 300.0, passes: int = 3) -> dict[str, float]:
+        """Write to the ballast until MemFree <= keep_free_mb, bounded by the file system's room,
+        ``limit_s`` and ``passes`` (the kernel may reclaim other cache as the ballast grows, so one
+        pass can fall short: each pass writes what is still free above the mark, and the passes end
+        when one no longer lowers MemFree by a tenth of what it wrote); what was done."""
+        free0 = mem_free_mb()
+        t0 = time.monotonic()
+        written = 0
+        for _ in range(passes):
+            free = mem_free_mb()
+            st = os.statvfs(self.path.parent)
+            room = max(st.f_bavail * st.f_frsize - DISK_RESERVE, 0) // CHUNK
+            n = min(max(free - self.keep_free_mb, 0), room)
+            if n < 64:
+                break
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                k = 0
+                while k < n and time.monotonic() - t0 < limit_s:
+                    os.write(fd, self._zeros)
+                    k += 1
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+            written += k
+            if free - mem_free_mb() < k // 10 or time.monotonic() - t0 >= limit_s:
+                break
+        self.size += written * CHUNK
+        return {"free_before_mb": free0, "written_mb": written, "seconds": round(time.monotonic() - t0, 2),
+                "free_after_mb": mem_free_mb(), "ballast_mb": self.size // CHUNK}
+
+    def close(self) -> None:
+        self.path.unlink(missing_ok=True)
+        self.size = 0
+
+    def __enter__(self) -> Ballast:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
