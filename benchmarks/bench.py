@@ -10,7 +10,7 @@ client and the machine can do), then runs every workload against each broker bac
 alternating the order from round to round, so slow drifts on a shared machine hit all alike. The
 null broker runs every workload but latency (produce, consume, txn, ctp, cclient). Reported
 figures are medians over rounds. Before each workload a page-cache ballast (lib_page_cache.py) fills
-the memory the VM has free, so the logs are written into memory in use (``--cold-memory``: not).
+the memory the VM has free, so the logs are written into memory in use (``--cold-memory`` and ``--quick``: not).
 Prints a table and writes README.md, latest.json and PNG charts to
 the output directory (with --quick: benchmarks/results/quick/, gitignored, so a smoke run never
 overwrites the committed report). The confluent-kafka workloads are in lib_workloads.py, the C client
@@ -207,7 +207,7 @@ def meta(args: argparse.Namespace, brokers: list[str]) -> dict[str, Any]:
                      "txn_value_size": lib_txn.value_size(args.size)},
         "notes": args.notes,
         "nice": -args.nice if args.nice else 0,
-        "warm_memory": not args.cold_memory,
+        "warm_memory": not (args.cold_memory or args.quick),
     }
 
 
@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     ballast_dir = tempfile.TemporaryDirectory(prefix="kbroker-bench-ballast-", dir=data_root)
     ballast = Ballast(ballast_dir.name)
     try:
-        run_rounds(args, which, brokers, data_root, results, None if args.cold_memory else ballast)
+        run_rounds(args, which, brokers, data_root, results, None if args.cold_memory or args.quick else ballast)
     finally:
         ballast.close()
         ballast_dir.cleanup()

@@ -45,9 +45,12 @@ def reported_mb() -> int | None:
 
 
 class Ballast:
-    def __init__(self, directory: str | os.PathLike[str], keep_free_mb: int = 512) -> None:
+    def __init__(self, directory: str | os.PathLike[str], keep_free_mb: int = 512,
+                 only_if_reporting: bool = True) -> None:
         self.path = Path(directory) / "page-cache-ballast"
         self.keep_free_mb = keep_free_mb
+        # Fill only where freed memory goes back to the host (see the module docstring).
+        self.active = reported_mb() is not None or not only_if_reporting
         self.size = 0
         self._zeros = bytes(CHUNK)
 
@@ -59,7 +62,7 @@ class Ballast:
         free0 = mem_free_mb()
         t0 = time.monotonic()
         written = 0
-        for _ in range(passes):
+        for _ in range(passes if self.active else 0):
             free = mem_free_mb()
             st = os.statvfs(self.path.parent)
             room = max(st.f_bavail * st.f_frsize - DISK_RESERVE, 0) // CHUNK
