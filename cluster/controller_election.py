@@ -25,6 +25,15 @@ from .etcd_session import TRANSIENT_ERRORS, EtcdSession
 
 log = logging.getLogger("cluster.controller_election")
 
+# How long stop() waits for the cancelled campaign task (see ControllerElection.stop).
+STOP_WAIT_S = 5.0
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    """Consume the late end of an abandoned campaign task (no "exception never retrieved")."""
+    if not task.cancelled() and task.exception() is not None:
+        log.info("an abandoned controller campaign ended with %r", task.exception())
+
 
 @dataclass(frozen=True, slots=True)
 class ControllerInfo:
@@ -34,11 +43,12 @@ class ControllerInfo:
 
 class ControllerElection:
     def __init__(self, session: EtcdSession, keys: KeyLayout, node_id: int, *,
-                 retry_interval_s: float = 0.5) -> None:
+                 retry_interval_s: float = 0.5, stop_wait_s: float = STOP_WAIT_S) -> None:
         self.session = session
         self.keys = keys
         self.node_id = node_id
         self.retry_interval_s = retry_interval_s
+        self.stop_wait_s = stop_wait_s
         self._won_epoch: int | None = None
         self._task: asyncio.Task[None] | None = None
         self.changed = asyncio.Event()  # set on every win or loss; waiters clear it themselves
@@ -120,11 +130,23 @@ class ControllerElection:
             self._task = asyncio.create_task(self._run(), name=f"controller-election-{self.node_id}")
 
     async def stop(self, *, resign: bool = True) -> None:
+        """End the campaign (``resign``: and delete the key if this broker still holds it).
+
+        The cancelled campaign is waited for at most ``stop_wait_s``: found by the fault campaign
+        (the controller paused past its lease), a cancellation that lands in an etcd watch being
+        set up or torn down can wait on aetcd's watcher for minutes; a broker whose session
+        expired must not wait on it to rejoin. Such a task is left to end on its own: it was
+        cancelled, so it ends without campaigning again."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+            task, self._task = self._task, None
+            task.cancel()
+            done, _ = await asyncio.wait({task}, timeout=self.stop_wait_s)
+            if not done:
+                log.warning("controller election for node %d: the cancelled campaign did not end in %.1f s; "
+                            "going on without it", self.node_id, self.stop_wait_s)
+                task.add_done_callback(_retrieve)
+            elif not task.cancelled() and task.exception() is not None:
+                log.warning("controller election for node %d ended with %r", self.node_id, task.exception())
         epoch, self._won_epoch = self._won_epoch, None
         if resign and epoch is not None:
             with contextlib.suppress(*TRANSIENT_ERRORS):

@@ -93,3 +93,34 @@ async def test_controller_keeps_its_key_across_a_broken_watch(sessions, keys, et
     assert a.is_controller() and a.epoch == epoch and not b.is_controller()
     assert (await a.current()).node_id == 1
     await asyncio.gather(a.stop(), b.stop())
+
+
+class _StuckTeardownElection(ControllerElection):
+    """A campaign whose watch teardown never returns once cancelled, as the fault campaign saw a
+    cancelled campaign wait on aetcd's watcher for minutes (the controller paused past its lease)."""
+
+    async def _wait_deleted(self, mod_revision: int) -> None:
+        try:
+            await super()._wait_deleted(mod_revision)
+        finally:
+            await asyncio.Event().wait()  # never set: only a second cancellation ends it
+
+
+async def test_stop_does_not_wait_forever_for_a_campaign_stuck_in_its_teardown(sessions, keys):
+    """Found by `make chaos` (seed 1, pause of the controller): a broker whose session expired
+    rejoins only after stopping its campaign, and that stop waited on the stuck teardown; the
+    broker stayed out of the cluster until it was shut down. stop() now goes on after its bound."""
+    a = _StuckTeardownElection(await sessions(), keys, 1, stop_wait_s=0.5)
+    a.start()
+    await wait_until(a.is_controller, "node 1 controller")
+    task = a._task
+    assert task is not None
+    await asyncio.wait_for(a.stop(resign=True), 30)  # was: forever
+    assert not task.done()  # still stuck: left behind, not waited for
+    assert not a.is_controller()
+    b = ControllerElection(await sessions(), keys, 2)
+    b.start()
+    await wait_until(b.is_controller, "node 2 controller after node 1 resigned")
+    task.cancel()  # what ends it for the test's teardown
+    await asyncio.wait({task}, timeout=10)
+    await b.stop()
