@@ -90,8 +90,11 @@ def test_a_leader_restarted_within_its_lease_gets_a_new_leader_epoch(cluster: Br
     assert produce_raw(leader, TOPIC, 0, bytes(build_batch([(b"k", b"v")] * 10)), acks=-1)[0] == 0
     leader.kill()
     leader.start()  # waits in the broker for its previous registration to expire
-    wait_full_isr(cluster, TOPIC, 1, 3)
-    after = view(cluster, TOPIC)[0]
+    # Wait for the new epoch itself: right after the restart the old view (same leader and epoch,
+    # full ISR) still stands until the controller has fenced the new incarnation, and a full-ISR
+    # wait alone could return it (it did once in CI under load).
+    wait_until(lambda: view(cluster, TOPIC)[0].epoch > first.epoch, "a new leader epoch after the restart")
+    after = wait_full_isr(cluster, TOPIC, 1, 3)[0]
     assert after.epoch > first.epoch
     current = cluster.brokers[after.leader]
     assert list_offset(current, TOPIC, 0) == (0, 10)
