@@ -14,7 +14,9 @@ each byte three times, so a cold VM inflates the cluster's CPU per MB against on
 ``keep_free_mb`` is free (``top_up()`` before each measured phase writes back what the last phase
 freed), and deletes the file at ``close()``. Page cache is reclaimable, so nothing is taken from a
 process that needs memory; the file is written to disk (fdatasync'ed, so its write-back is not
-part of the next measurement), and it is never larger than what the file system can spare.
+part of the next measurement), and it is never larger than what the file system can spare. Where
+the kernel hands no freed memory back (no /sys/module/page_reporting: bare metal, most VMs), memory
+once touched stays cheap and the ballast writes nothing.
 """
 
 from __future__ import annotations
