@@ -126,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         tune_malloc()
     from storage import write_behind
 
-    write_behind.configure(int(config.get("kbroker.log.cache.window.bytes")))
+    write_behind.configure(int(config.get("kbroker.log.cache.window.bytes")),
+                           bool(config.get("kbroker.log.preallocate.ahead")))
     try:
         import uvloop
 

@@ -41,6 +41,8 @@ TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"
 INT32_MAX = 0x7FFFFFFF
 SCAN_CHUNK = 1 << 20
+# A loaded segment holding more blocks than this past its size has a reservation left over.
+_RESERVED_SLACK = 1 << 20
 
 _BASE_LEN = struct.Struct(">qi")  # baseOffset, batchLength
 _INT32 = struct.Struct(">i")
@@ -192,7 +194,13 @@ class Segment:
         if new:
             flags |= os.O_TRUNC
         self.fd = os.open(self.log_path, flags, 0o644)
-        self.size = os.fstat(self.fd).st_size
+        st = os.fstat(self.fd)
+        self.size = st.st_size
+        if not new and st.st_blocks * 512 > self.size + _RESERVED_SLACK:
+            # Blocks reserved past the end (storage.write_behind's preallocation) by a process
+            # that stopped before trimming them (a crash): free them; the size is unchanged.
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, self.size)
         prefix = filename_prefix(base_offset)
         self.offset_index = OffsetIndex(dir / (prefix + INDEX_SUFFIX + suffix), base_offset, max_index_bytes, new=new)
         self.time_index = TimeIndex(dir / (prefix + TIME_INDEX_SUFFIX + suffix), base_offset, max_index_bytes, new=new)
@@ -211,6 +219,11 @@ class Segment:
         # storage.write_behind: bytes handed over for writeback / dropped from the page cache so
         # far. A loaded segment's bytes are left to the OS (they may be old, cached or not).
         self.wb_pos = self.drop_pos = self.size
+        # Blocks reserved past the end while this segment fills fast (write_behind.Preallocation),
+        # up to prealloc_end; wb_time: when the last CHUNK was handed over.
+        self.prealloc: write_behind.Preallocation | None = None
+        self.prealloc_end = 0
+        self.wb_time = time.monotonic()
         # The previous active segment's un-dropped tail (path, start, end), dropped once this one
         # is CACHE_WINDOW long: set by Log.roll.
         self.predecessor_tail: tuple[Path, int, int] | None = None
@@ -399,9 +412,36 @@ class Segment:
             tail, self.predecessor_tail = self.predecessor_tail, None
             if tail is not None:  # the last segment's end is now more than CACHE_WINDOW behind too
                 wb.submit(tail[0], 0, 0, tail[1], tail[2])
+        # Filling fast: reserve the next two chunks' blocks (at most, past what is reserved already).
+        prealloc = None
+        now = time.monotonic()
+        if (write_behind.PREALLOCATE and now - self.wb_time < write_behind.PREALLOC_FILL_S
+                and write_behind.preallocates(self.dir)):
+            p = self.prealloc
+            if p is None:
+                p = self.prealloc = write_behind.Preallocation()
+            start, end = max(size, self.prealloc_end), size + 2 * write_behind.CHUNK
+            if end > start:
+                prealloc = (p, start, end)
+                self.prealloc_end = end
+        self.wb_time = now
         # Not queued (queue full): the kernel's flusher writes the range back as it otherwise would.
-        wb.submit(self.log_path, self.wb_pos, size, drop_start, drop_end)
+        wb.submit(self.log_path, self.wb_pos, size, drop_start, drop_end, prealloc)
         self.wb_pos = size
+
+    def trim_preallocation(self) -> None:
+        """Free the blocks reserved past the end (the segment stops being appended to): stop the
+        reservation first, so none is made after the trim."""
+        p, self.prealloc = self.prealloc, None
+        self.prealloc_end = 0
+        if p is None:
+            return
+        p.stop()
+        if not self.closed:
+            try:
+                os.ftruncate(self.fd, self.size)  # to its own size: only the blocks past it go
+            except OSError as e:
+                log.warning("%s: could not free the blocks reserved past its end: %s", self.log_path, e)
 
     def undropped_tail(self) -> tuple[Path, int, int] | None:
         """At a roll: the range appended by this process and not yet dropped from the page cache
@@ -600,7 +640,9 @@ class Segment:
         return removed
 
     def on_become_inactive(self) -> None:
-        """Like Kafka on roll: final time-index entry, index files written out."""
+        """Like Kafka on roll: final time-index entry, index files written out; blocks reserved
+        past the end freed."""
+        self.trim_preallocation()
         self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
         self.offset_index.flush()
         self.time_index.flush()
@@ -626,6 +668,7 @@ class Segment:
     def close(self) -> None:
         if self.closed:
             return
+        self.trim_preallocation()
         if self.offset_index.loaded:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
         self.offset_index.flush()
@@ -635,6 +678,9 @@ class Segment:
 
     def close_fd(self) -> None:
         if not self.closed:
+            if self.prealloc is not None:
+                self.prealloc.stop()  # no reservation into a file at this path from now on
+                self.prealloc = None
             self.closed = True
             os.close(self.fd)
 

@@ -63,7 +63,8 @@ _TOPIC_DEFS: list[ConfigDef] = [
        between(0, 1)),
     _t("min.compaction.lag.ms", "long", 0, "Minimum age before a record may be compacted.", at_least(0)),
     _t("min.insync.replicas", "int", 1, "Replicas that must acknowledge an acks=all write.", at_least(1)),
-    _t("preallocate", "boolean", False, "Preallocate segment files at their full size."),
+    _t("preallocate", "boolean", False, "Kafka preallocates whole segment files with it; kbroker accepts and reports it but does not act on it "
+       "(kbroker.log.preallocate.ahead reserves blocks ahead of fast-filling segments instead)."),
     _t("retention.bytes", "long", -1, "Maximum partition size before old segments are deleted; -1 is unlimited."),
     _t("retention.ms", "long", _WEEK_MS, "Time to keep a segment before deleting it; -1 keeps forever.",
        at_least(-1)),

@@ -153,3 +153,104 @@ def test_a_negative_cache_window_keeps_written_data_cached(tmp_path: Path, monke
         pages = resident_pages(seg.log_path)
         assert sum(pages) >= len(pages) * 9 // 10, f"only {sum(pages)} of {len(pages)} pages cached"
     lg.close()
+
+
+# --- preallocation ahead (ext4) ---------------------------------------------------------------------
+
+def reserved_past_end(path: Path) -> int:
+    """Bytes of blocks the file holds past its size (rounded up to a page)."""
+    st = path.stat()
+    return st.st_blocks * 512 - -(-st.st_size // PAGE) * PAGE
+
+
+ext4_only = pytest.mark.skipif(not write_behind.instance().enabled, reason="no sync_file_range on this platform")
+
+
+@pytest.fixture
+def ext4(tmp_path: Path) -> Path:
+    if not write_behind.preallocates(tmp_path):
+        pytest.skip("the test directory is not on ext4")
+    return tmp_path
+
+
+@ext4_only
+def test_a_fast_filling_segment_reserves_blocks_ahead_and_a_roll_frees_them(
+        ext4: Path, small_window: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(write_behind, "PREALLOCATE", True)
+    lg = Log.open(ext4 / "t-0", LogConfig())
+    seg = lg.active_segment
+    append_kib(lg, 512)
+    write_behind.instance().wait_idle()
+    assert seg.prealloc is not None and seg.prealloc_end > seg.size
+    # Blocks exist past the end, and the file's size is still exactly what was appended.
+    assert reserved_past_end(seg.log_path) >= CHUNK
+    assert seg.log_path.stat().st_size == seg.size
+    before = seg.log_path.read_bytes()
+    lg.roll()
+    assert seg.prealloc is None
+    assert reserved_past_end(seg.log_path) < CHUNK, "the roll must free the blocks reserved past the end"
+    assert seg.log_path.stat().st_size == seg.size
+    assert seg.log_path.read_bytes() == before
+    append_kib(lg, 256)  # the new active segment reserves in its turn; close frees it
+    write_behind.instance().wait_idle()
+    active = lg.active_segment
+    assert active is not seg and reserved_past_end(active.log_path) >= CHUNK
+    lg.close()
+    assert reserved_past_end(active.log_path) < CHUNK, "close must free the blocks reserved past the end"
+
+
+@ext4_only
+def test_a_slow_segment_and_a_switched_off_broker_reserve_nothing(
+        ext4: Path, small_window: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(write_behind, "PREALLOC_FILL_S", 0.0)  # every chunk counts as slow
+    lg = Log.open(ext4 / "slow-0", LogConfig())
+    append_kib(lg, 512)
+    write_behind.instance().wait_idle()
+    assert lg.active_segment.prealloc is None and reserved_past_end(lg.active_segment.log_path) < CHUNK
+    lg.close()
+    monkeypatch.setattr(write_behind, "PREALLOC_FILL_S", 60.0)
+    monkeypatch.setattr(write_behind, "PREALLOCATE", False)  # kbroker.log.preallocate.ahead=false
+    lg = Log.open(ext4 / "off-0", LogConfig())
+    append_kib(lg, 512)
+    write_behind.instance().wait_idle()
+    assert lg.active_segment.prealloc is None and reserved_past_end(lg.active_segment.log_path) < CHUNK
+    lg.close()
+
+
+@ext4_only
+def test_a_reservation_left_by_a_crash_is_freed_when_the_log_loads(ext4: Path) -> None:
+    lg = Log.open(ext4 / "t-0", LogConfig())
+    append_kib(lg, 256)
+    path = lg.active_segment.log_path
+    data = path.read_bytes()
+    lg.close()
+    # What a broker killed while it was reserving leaves behind.
+    write_behind.Preallocation().extend(path, 0, path.stat().st_size + (8 << 20))
+    size = path.stat().st_size
+    assert reserved_past_end(path) >= 8 << 20
+    lg = Log.open(ext4 / "t-0", LogConfig())
+    assert reserved_past_end(path) < 1 << 20 and path.stat().st_size == size
+    assert path.read_bytes() == data and lg.log_end_offset == 256
+    lg.close()
+
+
+def test_a_stopped_preallocation_reserves_nothing_and_never_covers_appended_bytes(ext4: Path) -> None:
+    f = ext4 / "seg.log"
+    f.write_bytes(b"x" * (3 * PAGE))
+    p = write_behind.Preallocation()
+    p.extend(f, PAGE, 64 * PAGE)  # starts inside the data: only what lies past the end is reserved
+    assert f.read_bytes() == b"x" * (3 * PAGE)
+    assert reserved_past_end(f) >= 60 * PAGE
+    os.truncate(f, 3 * PAGE)
+    assert reserved_past_end(f) == 0
+    p.stop()
+    p.extend(f, 3 * PAGE, 64 * PAGE)
+    assert reserved_past_end(f) == 0
+    p.extend(ext4 / "gone.log", 0, 64 * PAGE)  # a file renamed or deleted meanwhile: nothing happens
+
+
+def test_only_ext4_gets_reservations() -> None:
+    shm = Path("/dev/shm")
+    if shm.is_dir() and on_tmpfs(shm / "x"):
+        assert not write_behind.preallocates(shm)
+    assert not write_behind.preallocates(Path("/no/such/dir"))
