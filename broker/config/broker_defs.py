@@ -67,8 +67,12 @@ _BROKER_DEFS: list[ConfigDef] = [
        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
        "Maps each listener name to its security protocol.", ProtocolMapValidator()),
     _b("socket.request.max.bytes", "int", 104857600, "Largest request frame the server accepts.", at_least(1)),
-    _b("socket.send.buffer.bytes", "int", 102400, "SO_SNDBUF for client sockets; -1 keeps the OS default."),
-    _b("socket.receive.buffer.bytes", "int", 102400, "SO_RCVBUF for client sockets; -1 keeps the OS default."),
+    _b("socket.send.buffer.bytes", "int", 102400,
+       "SO_SNDBUF for client sockets in Kafka (-1: the OS default). Accepted and reported, not applied: kbroker "
+       "leaves socket buffer sizes to the OS's autotuning."),
+    _b("socket.receive.buffer.bytes", "int", 102400,
+       "SO_RCVBUF for client sockets in Kafka (-1: the OS default). Accepted and reported, not applied: kbroker "
+       "leaves socket buffer sizes to the OS's autotuning."),
     _b("queued.max.requests", "int", 500, "Requests queued per server before reading from sockets pauses.",
        at_least(1)),
     _b("queued.max.request.bytes", "long", 268435456,
