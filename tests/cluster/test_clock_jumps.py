@@ -93,12 +93,16 @@ def _setup(c: FaultCluster) -> tuple[int, int]:
     return leader, next(n for n in views[0].replicas if n != leader)
 
 
-def _check_no_session_trouble(c: FaultCluster, load: Load) -> None:
+def _check_no_session_trouble(c: FaultCluster, load: Load, paused: int | None = None) -> None:
+    """``paused``: a broker stopped with SIGSTOP for a while. A keepalive it had in flight times out
+    once it runs again (its deadline passed while it was stopped), which it logs as a failed
+    keepalive; that is the pause, not a clock jump. Its session must still survive."""
     assert not load.errors, f"{len(load.errors)} delivery errors, e.g. {load.errors[:3]}"
     for n, b in c.brokers.items():
         text = b.log_text()
-        trouble = [t for t in SESSION_TROUBLE if t in text]
-        assert not trouble, f"broker {n}'s etcd session suffered from a clock jump: {trouble}"
+        trouble = [t for t in SESSION_TROUBLE if t in text and not (n == paused and t == "keepalive of lease")]
+        lines = [line for line in text.splitlines() if any(t in line for t in trouble)]
+        assert not trouble, f"broker {n}'s etcd session suffered from a clock jump: {trouble}: {lines[:5]}"
 
 
 def test_a_follower_stopping_as_the_leaders_clock_steps_back_leaves_the_isr(cluster) -> None:
@@ -119,7 +123,7 @@ def test_a_follower_stopping_as_the_leaders_clock_steps_back_leaves_the_isr(clus
     finally:
         load.stop.set()
         load.thread.join(90)
-    _check_no_session_trouble(c, load)
+    _check_no_session_trouble(c, load, paused=follower)
 
 
 @pytest.mark.slow  # ~40 s of jumps under load
