@@ -30,7 +30,7 @@ in under PREALLOC_FILL_S, the thread also reserves the blocks of the next two ch
 figure, is unchanged). An append then lands in blocks that exist, and ext4 skips its delayed-
 allocation bookkeeping per page, the largest kernel cost of a one-node produce (perf: 27 % of the
 broker's CPU in ``write``). Measured on this project's VM: 1 MiB writes with this write-behind cost
-0.26 CPU-ms per MB without and 0.18 with (machine-wide 0.29-0.31 against 0.19-0.22, the
+0.26 CPU-ms per MB without and 0.18 with (machine-wide 0.28-0.31 against 0.19-0.22, the
 conversion of the reserved blocks at writeback included). The reservation is bounded: at most two
 chunks per segment being written that fast, freed when the segment stops being the active one
 (roll, close: `Segment` trims the file to its size) or when a broker that crashed loads it again.
