@@ -163,7 +163,7 @@ def reserved_past_end(path: Path) -> int:
     return st.st_blocks * 512 - -(-st.st_size // PAGE) * PAGE
 
 
-ext4_only = pytest.mark.skipif(not write_behind.instance().enabled, reason="no sync_file_range on this platform")
+needs_write_behind = pytest.mark.skipif(not write_behind.instance().enabled, reason="no sync_file_range on this platform")
 
 
 @pytest.fixture
@@ -173,7 +173,7 @@ def ext4(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@ext4_only
+@needs_write_behind
 def test_a_fast_filling_segment_reserves_blocks_ahead_and_a_roll_frees_them(
         ext4: Path, small_window: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(write_behind, "PREALLOCATE", True)
@@ -199,7 +199,7 @@ def test_a_fast_filling_segment_reserves_blocks_ahead_and_a_roll_frees_them(
     assert reserved_past_end(active.log_path) < CHUNK, "close must free the blocks reserved past the end"
 
 
-@ext4_only
+@needs_write_behind
 def test_a_slow_segment_and_a_switched_off_broker_reserve_nothing(
         ext4: Path, small_window: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(write_behind, "PREALLOC_FILL_S", 0.0)  # every chunk counts as slow
@@ -217,7 +217,7 @@ def test_a_slow_segment_and_a_switched_off_broker_reserve_nothing(
     lg.close()
 
 
-@ext4_only
+@needs_write_behind
 def test_a_reservation_left_by_a_crash_is_freed_when_the_log_loads(ext4: Path) -> None:
     lg = Log.open(ext4 / "t-0", LogConfig())
     append_kib(lg, 256)
