@@ -123,23 +123,8 @@ def produce_consume(bootstrap: str, broker_pid: int | None, *, records: int, siz
                     timeout: float = 180, partitions: int = PARTITIONS) -> dict[str, dict[str, Any]]:
     """Produce ``records`` values with the C tool into a fresh topic (4 partitions by default), then consume them.
     Returns ``{"c_produce": figures, "c_consume": figures}``."""
-    if not available():
-        raise WorkloadError(f"{BINARY} not built (make bench builds it; see benchmarks/build_rdkafka_perf.sh)")
-    topic = unique("cperf")
-    create_topic(bootstrap, topic, partitions)
-    exe = str(BINARY)
-    out, usage = _run_metered([exe, "-P", "-t", topic, "-b", bootstrap, "-s", str(size), "-c", str(records),
-                               "-a", "-1", "-z", "none", *COMMON], broker_pid, timeout)
-    m = _last(_PRODUCED, out)
-    if not m:
-        raise WorkloadError(f"no produce summary in rdkafka_performance output: {_why(out)}")
-    produced, _bytes, delivered, failed, ms = (int(m.group(i)) for i in range(1, 6))
-    if failed or delivered < records:
-        raise WorkloadError(f"rdkafka_performance: {delivered} of {records} delivered, {failed} failed; {_why(out)}")
-    wall = max(int(ms), 1) / 1e3
-    prod = {"topic": topic, "records": delivered, "records_per_s": delivered / wall,
-            "mb_per_s": float(m.group(7)), "tool_ms": int(ms), "usage": usage}
-
+    prod = produce(bootstrap, broker_pid, records=records, size=size, timeout=timeout, partitions=partitions)
+    topic, exe = prod["topic"], str(BINARY)
     parts = [a for p in range(partitions) for a in ("-p", str(p))]
     out, usage = _run_metered([exe, "-C", "-t", topic, "-b", bootstrap, *parts, "-o", "beginning",
                                "-c", str(records)], broker_pid, timeout)
@@ -155,4 +140,25 @@ def produce_consume(bootstrap: str, broker_pid: int | None, *, records: int, siz
     return {"c_produce": prod, "c_consume": cons}
 
 
-__all__ = ["BINARY", "MB", "available", "library_version", "produce_consume"]
+def produce(bootstrap: str, broker_pid: int | None, *, records: int, size: int = 1024,
+            timeout: float = 180, partitions: int = PARTITIONS) -> dict[str, Any]:
+    """Produce ``records`` values (acks=all) with the C tool into a fresh topic; its figures."""
+    if not available():
+        raise WorkloadError(f"{BINARY} not built (make bench builds it; see benchmarks/build_rdkafka_perf.sh)")
+    topic = unique("cperf")
+    create_topic(bootstrap, topic, partitions)
+    exe = str(BINARY)
+    out, usage = _run_metered([exe, "-P", "-t", topic, "-b", bootstrap, "-s", str(size), "-c", str(records),
+                               "-a", "-1", "-z", "none", *COMMON], broker_pid, timeout)
+    m = _last(_PRODUCED, out)
+    if not m:
+        raise WorkloadError(f"no produce summary in rdkafka_performance output: {_why(out)}")
+    produced, _bytes, delivered, failed, ms = (int(m.group(i)) for i in range(1, 6))
+    if failed or delivered < records:
+        raise WorkloadError(f"rdkafka_performance: {delivered} of {records} delivered, {failed} failed; {_why(out)}")
+    wall = max(int(ms), 1) / 1e3
+    return {"topic": topic, "records": delivered, "records_per_s": delivered / wall,
+            "mb_per_s": float(m.group(7)), "tool_ms": int(ms), "usage": usage}
+
+
+__all__ = ["BINARY", "MB", "available", "library_version", "produce", "produce_consume"]

@@ -118,6 +118,11 @@ class NullBroker:
     def leader(self, partition: int) -> int:
         return partition % len(self.nodes) if self.clustered else self.node_id
 
+    def replicas(self, partition: int) -> list[int]:
+        """The replicas (= ISR) Metadata names for ``partition``: its leader alone here
+        (null_replicating_broker.py names more)."""
+        return [self.leader(partition)]
+
     # -- state ----------------------------------------------------------------------------------
     def topic(self, name: str, partitions: int = 0) -> Topic:
         t = self.topics.get(name)
@@ -202,7 +207,10 @@ class NullBroker:
 
     # -- the record paths ---------------------------------------------------------------------------
     def produce(self, body: memoryview, v: int) -> list[bytes] | None:
-        req = decode_produce_request(body, v)
+        return self.answer_produce(decode_produce_request(body, v), v)
+
+    def answer_produce(self, req: Any, v: int) -> list[bytes] | None:
+        """Count the records of a decoded Produce request and build its answer (None for acks=0)."""
         nodes, me = (len(self.nodes), self.node_id) if self.clustered else (0, 0)  # 0: lead every partition
         out = bytearray(_I32.pack(len(req.topic_data)))
         for td in req.topic_data:
@@ -294,7 +302,7 @@ class NullBroker:
         for name in names:
             t = self.topic(name)  # auto-create, as Kafka does with auto.create.topics.enable
             parts = [P(version=v, error_code=0, partition_index=i, leader_id=self.leader(i), leader_epoch=0,
-                       replica_nodes=[self.leader(i)], isr_nodes=[self.leader(i)], offline_replicas=[])
+                       replica_nodes=self.replicas(i), isr_nodes=self.replicas(i), offline_replicas=[])
                      for i in range(len(t.end))]
             topics.append(T(version=v, error_code=0, name=name, topic_id=t.id, is_internal=False,
                             partitions=parts, authorized_operations=None))

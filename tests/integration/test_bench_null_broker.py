@@ -7,7 +7,8 @@ consumer that checks CRCs and gets every offset below the end exactly once, with
 produced; txn_bench's commits and consume-transform-produce phases (whose end check needs the
 group's committed offsets to cover every input record); and librdkafka's rdkafka_performance when
 make bench has built it. Several null brokers posing as one cluster (multiprocess_bench's ceiling)
-advertise each other and lead their share of the partitions. Also: a `--quick` run must not write
+advertise each other and lead their share of the partitions; replicating ones
+(replication_ceiling's) answer acks=all only once every follower has the bytes. Also: a `--quick` run must not write
 its report over the committed one.
 """
 
@@ -158,5 +159,71 @@ def test_null_brokers_pose_as_a_cluster_of_partition_leaders() -> None:
                   for p in send_request(nodes[1].bootstrap, fetch, 11).responses[0].partitions}
         assert errors == {0: 6, 1: 0, 2: 6, 3: 0}
     finally:
+        for n in nodes:
+            n.stop()
+
+
+def test_replicating_null_brokers_answer_acks_all_only_once_every_follower_has_the_bytes() -> None:
+    # replication_ceiling's RF=3 ceiling: three null brokers, partition p led by node p % 3 with the
+    # next two nodes as its followers. Metadata names all three; an acks=all produce is answered only
+    # when both followers have received it (a stopped follower holds it back, acks=1 is not held),
+    # and the Python and C clients' produce workloads run against them.
+    import os
+    import signal
+
+    from confluent_kafka.admin import AdminClient
+    from null_replicating_broker import start_cluster
+
+    nodes = start_cluster(3, 3, value_size=VALUE_SIZE, partitions=4)
+    stopped: int | None = None
+    all_p = one_p = None
+    try:
+        bootstrap = ",".join(n.bootstrap for n in nodes)
+        topic = wl.unique("nbr")
+        wl.create_topic(nodes[0].bootstrap, topic, 4)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        md = admin.list_topics(topic, timeout=10)
+        del admin
+        assert {p.id: (p.leader, p.replicas, p.isrs) for p in md.topics[topic].partitions.values()} == {
+            0: (0, [0, 1, 2], [0, 1, 2]), 1: (1, [1, 2, 0], [1, 2, 0]), 2: (2, [2, 0, 1], [2, 0, 1]),
+            3: (0, [0, 1, 2], [0, 1, 2])}
+
+        def producer(acks: str) -> tuple[Producer, list]:
+            done: list = []
+            p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 0,
+                          "on_delivery": lambda err, msg: done.append(err)})
+            p.produce(topic, b"warm-up", partition=0)  # connections and metadata before the follower stops
+            assert p.flush(30) == 0 and done == [None]
+            done.clear()
+            return p, done
+
+        all_p, all_done = producer("all")
+        one_p, one_done = producer("1")
+        stopped = nodes[2].pid
+        assert stopped is not None
+        os.kill(stopped, signal.SIGSTOP)  # node 2 follows partition 0
+        all_p.produce(topic, b"x" * VALUE_SIZE, partition=0)
+        one_p.produce(topic, b"x" * VALUE_SIZE, partition=0)
+        deadline = time.monotonic() + 30
+        while not one_done and time.monotonic() < deadline:
+            one_p.poll(0.1)
+            all_p.poll(0)
+        assert one_done == [None], "acks=1 must not wait for the followers"
+        held = time.monotonic() + 1  # and acks=all, sent first, is still held a while after it
+        while not all_done and time.monotonic() < held:
+            all_p.poll(0.1)
+        assert all_done == [], "acks=all was answered while a follower was stopped"
+        os.kill(stopped, signal.SIGCONT)
+        stopped = None
+        assert all_p.flush(30) == 0 and all_done == [None]
+
+        r = wl.produce(bootstrap, None, records=2000, size=VALUE_SIZE, acks="all")
+        assert r["records"] == 2000
+        if lib_cclient.available():
+            assert lib_cclient.produce(bootstrap, None, records=5000, size=VALUE_SIZE)["records"] == 5000
+    finally:
+        if stopped is not None:
+            os.kill(stopped, signal.SIGCONT)
+        all_p = one_p = None  # closed before their brokers go
         for n in nodes:
             n.stop()
