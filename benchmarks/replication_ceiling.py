@@ -55,22 +55,29 @@ def start(setup: str) -> list[NullBrokerProcess]:
     return nr.start_cluster(3, 3 if setup == "rf3" else 1)
 
 
-def measured(setup: str, run: Callable[[str], dict[str, Any]], mb: float) -> dict[str, float]:
-    """Start ``setup``, run one load on it (``run(bootstrap)``: the workload's figures), stop it;
-    MB/s, the brokers' CPU per MB produced and the machine's busy cores during the load (of 2 here:
-    at 2 the load is bound by the machine's CPU, not by waiting)."""
+def measured(setup: str, run: Callable[[str], dict[str, Any]], mb: float, *, consume: bool = False
+             ) -> dict[str, float]:
+    """Start ``setup``, run one produce load on it (``run(bootstrap)``: the workload's figures),
+    with ``consume`` read the topic back (lib_workloads.consume, as cluster_bench), stop it; MB/s,
+    the brokers' CPU per MB produced and the machine's busy cores during the produce (of 2 here: at
+    2 the load is bound by the machine's CPU, not by waiting)."""
     procs = start(setup)
     try:
         pids = [p.pid for p in procs if p.pid is not None]
+        bootstrap = ",".join(p.bootstrap for p in procs)
         cpu0 = sum(process_cpu(p) or 0.0 for p in pids)
-        fig = run(",".join(p.bootstrap for p in procs))
+        fig = run(bootstrap)
         cpu = sum(process_cpu(p) or 0.0 for p in pids) - cpu0
+        usage = fig["usage"]
+        out = {"mb_s": fig["mb_per_s"], "cpu_ms_per_mb": cpu * 1e3 / mb,
+               "machine_cores": usage["machine_cpu"] / usage["wall"]}
+        if consume:
+            out["consume_mb_s"] = wl.consume(bootstrap, None, topic=fig["topic"], expected=fig["records_total"],
+                                             size=1024)["mb_per_s"]
     finally:
         for p in procs:
             p.stop()
-    usage = fig["usage"]
-    return {"mb_s": fig["mb_per_s"], "cpu_ms_per_mb": cpu * 1e3 / mb,
-            "machine_cores": usage["machine_cpu"] / usage["wall"]}
+    return out
 
 
 def python_produce(records: int) -> Callable[[str], dict[str, Any]]:
@@ -127,7 +134,8 @@ def main() -> int:
         r: dict[str, dict[str, dict[str, float]]] = {"python": {}, "c": {}}
         for setup in order:
             if setup != "rf1":  # cluster_bench's pair: one node against RF=3
-                r["python"][setup] = measured(setup, python_produce(args.records), args.records * 1024 / wl.MB)
+                r["python"][setup] = measured(setup, python_produce(args.records), args.records * 1024 / wl.MB,
+                                              consume=True)
                 print(f"round {i + 1}: python {setup} {json.dumps(r['python'][setup])}", flush=True)
             if c_client and setup != "single":  # cluster_rf_bench's pair: RF=1 against RF=3, one cluster
                 r["c"][setup] = measured(setup, c_produce(args.c_records), args.c_records * 1024 / wl.MB)
@@ -153,6 +161,14 @@ def main() -> int:
                       med(client, a, "cpu_ms_per_mb"), med(client, b, "cpu_ms_per_mb"),
                       paired(client, a, b, "cpu_ms_per_mb"), kbr, per_round,
                       med(client, a, "machine_cores"), med(client, b, "machine_cores")))
+    consume = None
+    if rounds and all("consume_mb_s" in r["python"].get(k, {}) for r in rounds for k in ("single", "rf3")):
+        consume = (med("python", "single", "consume_mb_s"), med("python", "rf3", "consume_mb_s"),
+                   paired("python", "single", "rf3", "consume_mb_s"),
+                   ", ".join(f"{r['python']['rf3']['consume_mb_s'] / r['python']['single']['consume_mb_s']:.2f}"
+                             for r in rounds))
+        print(f"Python consume, three nodes / one: {consume[0]:,.0f} -> {consume[1]:,.0f} MB/s, "
+              f"paired {consume[2]:.2f} (per round {consume[3]})")
     for t in table:
         print(f"{t[0]}: {t[1]:,.0f} -> {t[2]:,.0f} MB/s, paired {t[3]:.2f} (kbroker "
               f"{_ratio(t[7])}); CPU per MB {t[4]:.2f} -> {t[5]:.2f} ({t[6]:.1f}x)")
@@ -176,6 +192,11 @@ def main() -> int:
         "|---|---:|---:|---:|---|---|---:|---|",
         *(f"| {t[0]} | {t[1]:,.0f} | {t[2]:,.0f} | **{t[3]:.2f}** | {t[4]:.2f} / {t[5]:.2f} ms ({t[6]:.1f}x) | "
           f"{t[9]:.2f} / {t[10]:.2f} | {_ratio(t[7])} | {t[8]} |" for t in table), ""]
+    if consume is not None:
+        lines += [f"Consume (Python client, lib_workloads.consume, cluster_bench's reader of the produced "
+                  f"topic; partitions read from their leaders): one null broker {consume[0]:,.0f} MB/s, "
+                  f"three {consume[1]:,.0f}; paired ratio **{consume[2]:.2f}** (per round {consume[3]}); "
+                  f"issue 31's target for kbroker's cluster / single consume: ≥ 0.8 in every round.", ""]
     if "cpu_per_mb" in kb:
         s, c = kb["cpu_per_mb"]
         lines += [f"kbroker (cluster_bench, {kb['cluster_bench']}): brokers' CPU per MB {s:.1f} (one node) / "
