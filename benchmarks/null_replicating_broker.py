@@ -29,7 +29,8 @@ It is a benchmark ceiling only (``benchmarks/replication_ceiling.py``), not a Ka
         --cluster HOST:PORT,HOST:PORT,HOST:PORT --replicas 3 --replication-ports P0,P1,P2
 
 (``start_cluster`` below starts such a cluster on free ports.) ``NULL_BROKER_TRACE=FILE`` traces
-the client requests, as null_broker.py does.
+the client requests, as null_broker.py does, and the frames received from other nodes (api key -1
+for a follower's bytes, -2 for a marker).
 """
 
 from __future__ import annotations
@@ -47,12 +48,21 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import null_broker as nb  # noqa: E402
+import null_txn_broker as ntb  # noqa: E402
 
 from protocol.api_table import get_spec  # noqa: E402
 from protocol.fast_codecs import decode_produce_request  # noqa: E402
 from protocol.headers import encode_response_prefix, parse_request_header, skip_tagged_fields  # noqa: E402
 
 _I16, _I32 = nb._I16, nb._I32
+# Frames on the replication listeners: size, correlation id, kind, payload.
+REPLICA_DATA = 0  # bytes a follower copies: answered once all of them arrived
+MARKER = 1  # a transaction marker for the partitions the receiving node leads: answered once replicated
+_KIND = {REPLICA_DATA: b"\x00", MARKER: b"\x01"}
+TRACE_KEYS = {REPLICA_DATA: -1, MARKER: -2}  # the "api key" of a received frame in NULL_BROKER_TRACE lines
+_MARKER_PAYLOAD = bytes(78)  # a v2 control batch with one COMMIT record is 78 bytes
+_STATE_PAYLOAD = bytes(160)  # about a one-record __transaction_state batch with a few partitions
+_OFFSETS_PAYLOAD = bytes(140)  # about a one-record __consumer_offsets batch
 _Answer = tuple[list[bytes | memoryview], Awaitable[Any] | None]  # frames to write, after what
 
 
@@ -74,8 +84,9 @@ class FollowerLink:
         self._writer = writer
         asyncio.get_running_loop().create_task(self._read(reader))
 
-    async def send(self, body: memoryview) -> None:
-        """Send ``body`` to the follower; return once the follower answered it."""
+    async def send(self, body: bytes | memoryview, kind: int = REPLICA_DATA) -> None:
+        """Send ``body`` to the follower; return once the follower answered it (``REPLICA_DATA``:
+        once all of it arrived; ``MARKER``: once the node has replicated it to its own followers)."""
         if self._writer is None:
             if self._connecting is None:  # one connect, however many sends wait for it
                 self._connecting = asyncio.ensure_future(self._connect())
@@ -84,7 +95,7 @@ class FollowerLink:
         self._corr += 1
         corr = self._corr
         fut = self._pending[corr] = asyncio.get_running_loop().create_future()
-        self._writer.writelines([_I32.pack(4 + len(body)), _I32.pack(corr), body])
+        self._writer.writelines([_I32.pack(5 + len(body)), _I32.pack(corr), _KIND[kind], body])
         await self._writer.drain()  # returns at once below the transport's high-water mark
         await fut
 
@@ -105,15 +116,17 @@ class FollowerLink:
 
 
 class FollowerProtocol(asyncio.BufferedProtocol):
-    """A follower's end of one leader link: receives each frame into one reused buffer (the copy
-    out of the kernel that any replica pays; no further copy) and answers it with its correlation
-    id, in order."""
+    """A node's end of another node's link: receives each frame into one reused buffer (the copy
+    out of the kernel that any replica pays; no further copy) and answers it once its last byte is
+    in, or for a MARKER once the node has replicated it to its own followers."""
 
-    def __init__(self) -> None:
+    def __init__(self, broker: ReplicatingNullBroker) -> None:
+        self.broker = broker
         self._buf = bytearray(1 << 20)
-        self._head = bytearray()  # the current frame's first 8 bytes (size, correlation id) so far
+        self._head = bytearray()  # the current frame's first 9 bytes (size, correlation id, kind) so far
         self._left = 0  # bytes of the current frame's payload still to receive
         self._corr = 0  # the current frame's correlation id
+        self._kind = REPLICA_DATA
         self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -128,26 +141,42 @@ class FollowerProtocol(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         view = memoryview(self._buf)[:nbytes]
         pos = 0
-        acks = []
+        acks: list[bytes] = []
         while pos < nbytes:
             if self._left:
                 step = min(self._left, nbytes - pos)
                 self._left -= step
                 pos += step
-                if not self._left:  # the whole frame is in: answer it
-                    acks.append(_I32.pack(4) + _I32.pack(self._corr))
+                if not self._left:  # the whole frame is in
+                    self._done(acks)
                 continue
-            need = 8 - len(self._head)
+            need = 9 - len(self._head)
             self._head += view[pos:pos + need]
             pos += min(need, nbytes - pos)
-            if len(self._head) == 8:
+            if len(self._head) == 9:
                 size, self._corr = _I32.unpack_from(self._head, 0)[0], _I32.unpack_from(self._head, 4)[0]
+                self._kind = self._head[8]
                 self._head.clear()
-                self._left = size - 4
+                self._left = size - 5
                 if not self._left:
-                    acks.append(_I32.pack(4) + _I32.pack(self._corr))
+                    self._done(acks)
         if acks and self._transport is not None:
             self._transport.write(b"".join(acks))
+
+    def _done(self, acks: list[bytes]) -> None:
+        ack = _I32.pack(4) + _I32.pack(self._corr)
+        if self.broker.trace is not None:  # as a request line, with the frame's pseudo api key
+            self.broker.trace.write(f"{time.time():.6f} {TRACE_KEYS[self._kind]} 0 {self._corr} 0.000\n")
+        if self._kind != MARKER:
+            acks.append(ack)
+            return
+        replicated = self.broker.replicate_marker()
+
+        async def answer() -> None:
+            await replicated
+            if self._transport is not None:
+                self._transport.write(ack)
+        asyncio.get_running_loop().create_task(answer())
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
@@ -175,6 +204,23 @@ class ReplicatingNullBroker(nb.NullBroker):
         if link is None:
             link = self._links[node] = FollowerLink(self.nodes[node][0], self.replication_ports[node])
         return link
+
+    def replicate(self, followers: list[int] | set[int], payload: bytes | memoryview) -> asyncio.Future[Any]:
+        """Send ``payload`` to each of ``followers``; done once all have it."""
+        return asyncio.gather(*(self._link(k).send(payload) for k in sorted(followers)))
+
+    def own_followers(self) -> set[int]:
+        """The followers of the partitions this node leads."""
+        return {k for p in range(self.default_partitions) if self.leader(p) == self.node_id
+                for k in self.replicas(p)[1:]}
+
+    def replicate_marker(self) -> asyncio.Future[Any]:
+        """A transaction marker for the partitions this node leads, replicated to their followers."""
+        return self.replicate(self.own_followers(), _MARKER_PAYLOAD)
+
+    def request_wait(self) -> Awaitable[Any] | None:
+        """What the answer to the request just handled (by ``request``) waits for; none here."""
+        return None
 
     def _followers(self, req: Any) -> set[int]:
         """The followers of the partitions of ``req`` that this node leads."""
@@ -204,7 +250,7 @@ class ReplicatingNullBroker(nb.NullBroker):
     async def serve(self) -> None:
         if self.replication_factor > 1:  # the followers' end of the leaders' links
             await asyncio.get_running_loop().create_server(
-                FollowerProtocol, self.host, self.replication_ports[self.node_id])
+                lambda: FollowerProtocol(self), self.host, self.replication_ports[self.node_id])
         await super().serve()
 
     async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -230,8 +276,9 @@ class ReplicatingNullBroker(nb.NullBroker):
                         answers.put_nowait(answer)
                 else:
                     out = await self.request(frame)
+                    wait = self.request_wait()
                     if out:
-                        answers.put_nowait((out, None))
+                        answers.put_nowait((out, wait))
                 if self.trace is not None:
                     self.trace.write(f"{time.time():.6f} {key} {conn} {corr} {(time.perf_counter() - t0) * 1000:.3f}\n")
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -259,18 +306,75 @@ class ReplicatingNullBroker(nb.NullBroker):
             raise
 
 
+class ReplicatingNullTxnBroker(ReplicatingNullBroker, ntb.NullTxnBroker):
+    """null_txn_broker.py's groups and transactions (node 0 coordinates every group and
+    transactional id) on replicating nodes, with the writes a replicated coordinator must make:
+    AddPartitionsToTxn, AddOffsetsToTxn and TxnOffsetCommit are answered once their record (a
+    transaction state or offsets record of the coordinator's partition, RF as the topics) is on
+    every follower; EndTxn once its PrepareCommit is; then the markers go to the leaders of the
+    transaction's partitions (a leader answers once its marker is on its followers), and then the
+    CompleteCommit record is replicated. The producer's batches are replicated as any produce.
+    Left out, as the least a broker could do: the partition-leader checks of KIP-890 (a round trip
+    to the coordinator per partition and transaction) and every state check."""
+
+    def __init__(self, host: str, port: int, value_size: int) -> None:
+        super().__init__(host, port, value_size)
+        self._wait: asyncio.Future[Any] | None = None
+        self.txn_leaders: dict[int, set[int]] = {}  # producer id -> nodes leading its transaction's partitions
+
+    def request_wait(self) -> Awaitable[Any] | None:
+        wait, self._wait = self._wait, None
+        return wait
+
+    def _coordinator_write(self, payload: bytes) -> asyncio.Future[Any]:
+        """A record of the coordinator's partition (partition 0's replicas), on all its followers."""
+        return self.replicate([k for k in self.replicas(0) if k != self.node_id], payload)
+
+    def add_partitions_to_txn(self, req: Any, v: int) -> Any:
+        leaders = self.txn_leaders.setdefault(req.v3_and_below_producer_id, set())
+        for t in req.v3_and_below_topics:
+            leaders.update(self.leader(p) for p in t.partitions)
+        self._wait = self._coordinator_write(_STATE_PAYLOAD)
+        return super().add_partitions_to_txn(req, v)
+
+    def add_offsets_to_txn(self, req: Any, v: int) -> Any:
+        self.txn_leaders.setdefault(req.producer_id, set()).add(0)  # the group's offsets partition: node 0's
+        self._wait = self._coordinator_write(_STATE_PAYLOAD)
+        return super().add_offsets_to_txn(req, v)
+
+    def txn_offset_commit(self, req: Any, v: int) -> Any:
+        self._wait = self._coordinator_write(_OFFSETS_PAYLOAD)
+        return super().txn_offset_commit(req, v)
+
+    def end_txn(self, req: Any, v: int) -> Any:
+        prepared = self._wait = self._coordinator_write(_STATE_PAYLOAD)
+        leaders = self.txn_leaders.pop(req.producer_id, set())
+        asyncio.get_running_loop().create_task(self._complete(prepared, leaders))
+        return super().end_txn(req, v)
+
+    async def _complete(self, prepared: asyncio.Future[Any], leaders: set[int]) -> None:
+        await prepared
+        await asyncio.gather(*(self.replicate_marker() if k == self.node_id else self._link(k).send(_MARKER_PAYLOAD, MARKER)
+                               for k in sorted(leaders)))
+        await self._coordinator_write(_STATE_PAYLOAD)
+
+
 def start_cluster(n: int, replicas: int, value_size: int = 1024, partitions: int = nb.DEFAULT_PARTITIONS,
-                  env: dict[str, str] | None = None) -> list[nb.NullBrokerProcess]:
+                  envs: list[dict[str, str]] | None = None, transactions: bool = False) -> list[nb.NullBrokerProcess]:
     """``n`` replicating null broker subprocesses posing as one cluster (node ids 0..n-1) whose
-    partitions have ``replicas`` replicas, each started; the caller stops them."""
-    procs = [nb.NullBrokerProcess(value_size, script=Path(__file__).resolve(), env=env) for _ in range(n)]
+    partitions have ``replicas`` replicas, each started; the caller stops them. ``envs``: more
+    environment per node; ``transactions``: with null_txn_broker.py's groups and transactions
+    (ReplicatingNullTxnBroker)."""
+    procs = [nb.NullBrokerProcess(value_size, script=Path(__file__).resolve(), env=envs[k] if envs else None)
+             for k in range(n)]
     nodes = ",".join(p.bootstrap for p in procs)
     rports = ",".join(str(nb.free_port()) for _ in procs)
     started: list[nb.NullBrokerProcess] = []
     try:
         for k, p in enumerate(procs):
             p.args = ["--partitions", str(partitions), "--node-id", str(k), "--cluster", nodes,
-                      "--replicas", str(replicas), "--replication-ports", rports]
+                      "--replicas", str(replicas), "--replication-ports", rports,
+                      *(["--transactions"] if transactions else [])]
             p.start()
             started.append(p)
     except BaseException:
@@ -292,6 +396,8 @@ def main() -> int:
     ap.add_argument("--replicas", type=int, default=3, help="replicas per partition (leader included)")
     ap.add_argument("--replication-ports", type=lambda t: [int(x) for x in t.split(",")], metavar="PORT,...",
                     help="every node's follower listener on its host, in node-id order (with --replicas > 1)")
+    ap.add_argument("--transactions", action="store_true",
+                    help="serve groups and transactions too (null_txn_broker.py's, replicated)")
     args = ap.parse_args()
     if not (0 <= args.node_id < len(args.cluster) and args.cluster[args.node_id][1] == args.port):
         ap.error("--cluster must list this node's --port at position --node-id")
@@ -301,7 +407,7 @@ def main() -> int:
         ap.error("--replication-ports must list one port per node of --cluster")
     ReplicatingNullBroker.replication_factor = args.replicas
     ReplicatingNullBroker.replication_ports = args.replication_ports or []
-    nb.run_server(ReplicatingNullBroker, args.host, args.port, args.value_size, partitions=args.partitions,
+    nb.run_server(ReplicatingNullTxnBroker if args.transactions else ReplicatingNullBroker, args.host, args.port, args.value_size, partitions=args.partitions,
                   node_id=args.node_id, cluster=args.cluster)
     return 0
 

@@ -41,6 +41,7 @@ sys.path[:0] = [str(HERE), str(ROOT)]
 import lib_cclient  # noqa: E402
 import lib_workloads as wl  # noqa: E402
 import null_replicating_broker as nr  # noqa: E402
+import txn_bench  # noqa: E402
 from lib_meter import process_cpu  # noqa: E402
 from null_broker import NullBrokerProcess  # noqa: E402
 
@@ -88,6 +89,32 @@ def c_produce(records: int) -> Callable[[str], dict[str, Any]]:
     return lambda bootstrap: lib_cclient.produce(bootstrap, None, records=records)
 
 
+def measured_txn(setup: str, args: argparse.Namespace) -> dict[str, float]:
+    """cluster_txn_bench's two phases (txn_bench.py's, unchanged) against fresh null brokers with
+    groups and transactions: one (null_txn_broker.py) or three replicating ones (``rf3``)."""
+    if setup == "single":
+        procs = [NullBrokerProcess(100, script=HERE / "null_txn_broker.py")]
+        procs[0].start()
+    else:
+        procs = nr.start_cluster(3, 3, value_size=100, transactions=True)
+    try:
+        pids = [p.pid for p in procs if p.pid is not None]
+        bootstrap = ",".join(p.bootstrap for p in procs)
+        topic = wl.unique("ceiling-txn")
+        src, dst = f"{topic}-in", f"{topic}-out"
+        txn_bench.create_topics(bootstrap, topic, src, dst)
+        txn_bench.warm_up(bootstrap, topic, None)
+        cpu0 = sum(process_cpu(p) or 0.0 for p in pids)
+        commits = txn_bench.bench_commits(bootstrap, topic, args.transactions, None)
+        cpu = sum(process_cpu(p) or 0.0 for p in pids) - cpu0
+        ctp = txn_bench.bench_ctp(bootstrap, src, dst, args.ctp_records, args.ctp_batch, None)
+    finally:
+        for p in procs:
+            p.stop()
+    return {"commits_per_s": commits.rate, "cpu_ms_per_commit": cpu * 1e3 / args.transactions,
+            "ctp_records_per_s": ctp.records / ctp.seconds}
+
+
 def kbroker_ratios(reports: Path) -> dict[str, Any]:
     """kbroker's own ratios from the latest cluster_bench / cluster_rf_bench reports, when present."""
     found: dict[str, Any] = {}
@@ -101,6 +128,14 @@ def kbroker_ratios(reports: Path) -> dict[str, Any]:
                                statistics.median(c["brokers_cpu_per_mb"] for _, c in pairs))
         found["cluster_bench"] = f"{cb['meta']['date']}, {cb['meta']['commit']}"
     except (OSError, KeyError, ValueError, ZeroDivisionError):
+        pass
+    try:
+        tx = json.loads((reports / "cluster_txn_bench.json").read_text())
+        found["commits_rf3_over_single"] = statistics.median(
+            r["cluster"]["commits"]["commits_per_s"] / r["single"]["commits"]["commits_per_s"] for r in tx["rounds"])
+        found["ctp_rf3_over_single"] = statistics.median(
+            r["cluster"]["ctp"]["records_per_s"] / r["single"]["ctp"]["records_per_s"] for r in tx["rounds"])
+    except (OSError, KeyError, TypeError, ValueError, ZeroDivisionError):
         pass
     try:
         rf = json.loads((reports / "cluster_rf_bench.json").read_text())
@@ -120,6 +155,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--records", type=int, default=1_000_000, help="Python-client records (cluster_bench's count)")
     ap.add_argument("--c-records", type=int, default=300_000, help="C-client records (cluster_rf_bench's count)")
+    ap.add_argument("--transactions", type=int, default=500, help="commits phase (cluster_txn_bench's count)")
+    ap.add_argument("--ctp-records", type=int, default=50_000, help="CTP input records (cluster_txn_bench's count)")
+    ap.add_argument("--ctp-batch", type=int, default=500)
+    ap.add_argument("--no-txn", action="store_true", help="skip the transactional phases")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--reports", type=Path, default=ROOT / "benchmarks" / "results",
                     help="where kbroker's cluster_bench.json and cluster_rf_bench.json are read from")
@@ -131,7 +170,7 @@ def main() -> int:
     rounds: list[dict[str, dict[str, dict[str, float]]]] = []
     for i in range(args.rounds):
         order = SETUPS if i % 2 == 0 else tuple(reversed(SETUPS))
-        r: dict[str, dict[str, dict[str, float]]] = {"python": {}, "c": {}}
+        r: dict[str, dict[str, dict[str, float]]] = {"python": {}, "c": {}, "txn": {}}
         for setup in order:
             if setup != "rf1":  # cluster_bench's pair: one node against RF=3
                 r["python"][setup] = measured(setup, python_produce(args.records), args.records * 1024 / wl.MB,
@@ -140,6 +179,9 @@ def main() -> int:
             if c_client and setup != "single":  # cluster_rf_bench's pair: RF=1 against RF=3, one cluster
                 r["c"][setup] = measured(setup, c_produce(args.c_records), args.c_records * 1024 / wl.MB)
                 print(f"round {i + 1}: c {setup} {json.dumps(r['c'][setup])}", flush=True)
+            if not args.no_txn and setup != "rf1":  # cluster_txn_bench's pair
+                r["txn"][setup] = measured_txn(setup, args)
+                print(f"round {i + 1}: txn {setup} {json.dumps(r['txn'][setup])}", flush=True)
         rounds.append(r)
 
     def med(client: str, setup: str, fig: str) -> float:
@@ -197,6 +239,28 @@ def main() -> int:
                   f"topic; partitions read from their leaders): one null broker {consume[0]:,.0f} MB/s, "
                   f"three {consume[1]:,.0f}; paired ratio **{consume[2]:.2f}** (per round {consume[3]}); "
                   f"issue 31's target for kbroker's cluster / single consume: ≥ 0.8 in every round.", ""]
+    if not args.no_txn:
+        txn_rows = [(label, med("txn", "single", fig), med("txn", "rf3", fig), paired("txn", "single", "rf3", fig),
+                     kb.get(key), "; ".join(f"{r['txn']['single'][fig]:,.0f} / {r['txn']['rf3'][fig]:,.0f}"
+                                            for r in rounds))
+                    for label, fig, key in (
+                        ("commits/s, RF=3 / one node (≥ 0.5)", "commits_per_s", "commits_rf3_over_single"),
+                        ("consume-transform-produce records/s, RF=3 / one node (≥ 0.5)", "ctp_records_per_s",
+                         "ctp_rf3_over_single"))]
+        for t in txn_rows:
+            print(f"{t[0]}: {t[1]:,.0f} -> {t[2]:,.0f}, paired {t[3]:.2f} (kbroker {_ratio(t[4])})")
+        lines += [
+            f"Transactions (cluster_txn_bench's phases, txn_bench.py unchanged: {args.transactions} commits of 10 "
+            f"records x 100 B over 4 partitions; consume-transform-produce of {args.ctp_records:,} records, "
+            f"<= {args.ctp_batch} per transaction) against null brokers with groups and transactions: one "
+            "(null_txn_broker.py) or three replicating ones whose coordinator writes, markers and "
+            "CompleteCommit are replicated before they are answered (ReplicatingNullTxnBroker):", "",
+            "| ratio (issue 31 target) | null: one node | null: RF=3 | null: paired ratio | kbroker's ratio "
+            "(latest cluster_txn_bench) | per round (one / RF=3) |",
+            "|---|---:|---:|---:|---:|---|",
+            *(f"| {t[0]} | {t[1]:,.0f} | {t[2]:,.0f} | **{t[3]:.2f}** | {_ratio(t[4])} | {t[5]} |" for t in txn_rows),
+            "", f"Null brokers' CPU per commit: one node {med('txn', 'single', 'cpu_ms_per_commit'):.2f} ms, "
+            f"RF=3 {med('txn', 'rf3', 'cpu_ms_per_commit'):.2f} ms.", ""]
     if "cpu_per_mb" in kb:
         s, c = kb["cpu_per_mb"]
         lines += [f"kbroker (cluster_bench, {kb['cluster_bench']}): brokers' CPU per MB {s:.1f} (one node) / "

@@ -227,3 +227,34 @@ def test_replicating_null_brokers_answer_acks_all_only_once_every_follower_has_t
         all_p = one_p = None  # closed before their brokers go
         for n in nodes:
             n.stop()
+
+
+def test_replicating_null_brokers_with_transactions_run_the_txn_phases() -> None:
+    # replication_ceiling's transactional rows: three replicating null brokers with groups and
+    # transactions (node 0 the coordinator) run txn_bench's commits and consume-transform-produce
+    # phases, whose end check needs the group's committed offsets to cover every input record.
+    import os
+
+    import txn_bench
+    from null_replicating_broker import start_cluster
+
+    traces = [Path(f"/tmp/null-broker-trace-{os.getpid()}-{wl.unique('n')}") for _ in range(3)]
+    nodes = start_cluster(3, 3, value_size=100, partitions=txn_bench.PARTITIONS, transactions=True,
+                          envs=[{"NULL_BROKER_TRACE": str(t)} for t in traces])
+    try:
+        bootstrap = ",".join(n.bootstrap for n in nodes)
+        topic = wl.unique("nbrt")
+        txn_bench.create_topics(bootstrap, topic, f"{topic}-in", f"{topic}-out")
+        assert txn_bench.bench_commits(bootstrap, topic, 30, None).transactions == 30
+        ctp = txn_bench.bench_ctp(bootstrap, f"{topic}-in", f"{topic}-out", 3000, 500, None)
+        assert ctp.records == 3000
+        # Every node follows the others' partitions, and nodes 1 and 2 lead some of every
+        # transaction's partitions: each got replicated bytes, and 1 and 2 markers (api keys -1, -2).
+        keys = [{line.split()[1] for line in t.read_text().splitlines()} for t in traces]
+        assert all("-1" in k for k in keys), keys
+        assert "-2" in keys[1] and "-2" in keys[2], keys
+    finally:
+        for n in nodes:
+            n.stop()
+        for t in traces:
+            t.unlink(missing_ok=True)
