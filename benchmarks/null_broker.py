@@ -461,16 +461,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_cluster(n: int, value_size: int = 1024, partitions: int = DEFAULT_PARTITIONS) -> list[NullBrokerProcess]:
+def start_cluster(n: int, value_size: int = 1024, partitions: int = DEFAULT_PARTITIONS, *,
+                  script: Path | None = None, extra_args: list[str] | None = None,
+                  envs: list[dict[str, str]] | None = None) -> list[NullBrokerProcess]:
     """``n`` null broker subprocesses posing as one cluster (node ids 0..n-1), each started; the caller
     stops them. ``partitions``: the partition count of the topics the workload will create (the
-    nodes share nothing, so each must assume it for a topic first heard of elsewhere)."""
-    procs = [NullBrokerProcess(value_size) for _ in range(n)]
+    nodes share nothing, so each must assume it for a topic first heard of elsewhere). ``script``,
+    ``extra_args``, ``envs``: the server to run (this file by default), more of its options, more
+    environment per node."""
+    procs = [NullBrokerProcess(value_size, script=script, env=envs[k] if envs else None) for k in range(n)]
     nodes = ",".join(p.bootstrap for p in procs)
     started: list[NullBrokerProcess] = []
     try:
         for k, p in enumerate(procs):
-            p.args = ["--partitions", str(partitions), "--node-id", str(k), "--cluster", nodes]
+            p.args = ["--partitions", str(partitions), "--node-id", str(k), "--cluster", nodes, *(extra_args or [])]
             p.start()
             started.append(p)
     except BaseException:

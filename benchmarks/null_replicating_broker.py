@@ -365,23 +365,9 @@ def start_cluster(n: int, replicas: int, value_size: int = 1024, partitions: int
     partitions have ``replicas`` replicas, each started; the caller stops them. ``envs``: more
     environment per node; ``transactions``: with null_txn_broker.py's groups and transactions
     (ReplicatingNullTxnBroker)."""
-    procs = [nb.NullBrokerProcess(value_size, script=Path(__file__).resolve(), env=envs[k] if envs else None)
-             for k in range(n)]
-    nodes = ",".join(p.bootstrap for p in procs)
-    rports = ",".join(str(nb.free_port()) for _ in procs)
-    started: list[nb.NullBrokerProcess] = []
-    try:
-        for k, p in enumerate(procs):
-            p.args = ["--partitions", str(partitions), "--node-id", str(k), "--cluster", nodes,
-                      "--replicas", str(replicas), "--replication-ports", rports,
-                      *(["--transactions"] if transactions else [])]
-            p.start()
-            started.append(p)
-    except BaseException:
-        for p in started:
-            p.stop()
-        raise
-    return procs
+    rports = ",".join(str(nb.free_port()) for _ in range(n))
+    return nb.start_cluster(n, value_size, partitions, script=Path(__file__).resolve(), envs=envs, extra_args=[
+        "--replicas", str(replicas), "--replication-ports", rports, *(["--transactions"] if transactions else [])])
 
 
 def main() -> int:
