@@ -140,6 +140,12 @@ class NullBroker:
             b = self._batches[(n, value_size)] = build_batch([(None, value)] * n)
         return b
 
+    def trace_line(self, key: int, conn: int, corr: int, seconds: float) -> None:
+        """One NULL_BROKER_TRACE line: wall time at the answer, api key, connection, correlation id,
+        ms from the frame read to the answer built."""
+        assert self.trace is not None
+        self.trace.write(f"{time.time():.6f} {key} {conn} {corr} {seconds * 1000:.3f}\n")
+
     def appended(self) -> None:
         self._appended.set()
         self._appended = asyncio.Event()
@@ -166,7 +172,7 @@ class NullBroker:
                     t0 = time.perf_counter()
                     out = await self.request(memoryview(frame))
                     key, corr = _I16.unpack_from(frame, 0)[0], _I32.unpack_from(frame, 4)[0]
-                    self.trace.write(f"{time.time():.6f} {key} {conn} {corr} {(time.perf_counter() - t0) * 1000:.3f}\n")
+                    self.trace_line(key, conn, corr, time.perf_counter() - t0)
                 if out:
                     writer.writelines(out)
                     await writer.drain()

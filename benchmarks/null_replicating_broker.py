@@ -166,7 +166,7 @@ class FollowerProtocol(asyncio.BufferedProtocol):
     def _done(self, acks: list[bytes]) -> None:
         ack = _I32.pack(4) + _I32.pack(self._corr)
         if self.broker.trace is not None:  # as a request line, with the frame's pseudo api key
-            self.broker.trace.write(f"{time.time():.6f} {TRACE_KEYS[self._kind]} 0 {self._corr} 0.000\n")
+            self.broker.trace_line(TRACE_KEYS[self._kind], 0, self._corr, 0.0)
         if self._kind != MARKER:
             acks.append(ack)
             return
@@ -240,10 +240,11 @@ class ReplicatingNullBroker(nb.NullBroker):
         body = frame[pos:]
         req = decode_produce_request(body, v)
         chunks = self.answer_produce(req, v)  # offsets assigned now, in the order requests arrive
-        sends = [asyncio.ensure_future(self._link(k).send(body)) for k in sorted(self._followers(req))]
-        if chunks is None:  # acks=0: no answer; the followers still get the bytes
+        followers = self._followers(req)
+        replicated = self.replicate(followers, body) if followers else None  # whatever the acks
+        if chunks is None:  # acks=0: no answer
             return None
-        wait = asyncio.gather(*sends) if sends and req.acks == -1 else None
+        wait = replicated if req.acks == -1 else None
         n = sum(len(c) for c in chunks)
         return [encode_response_prefix(h.correlation_id, n, spec.response_header_flexible(v)), *chunks], wait
 
@@ -280,7 +281,7 @@ class ReplicatingNullBroker(nb.NullBroker):
                     if out:
                         answers.put_nowait((out, wait))
                 if self.trace is not None:
-                    self.trace.write(f"{time.time():.6f} {key} {conn} {corr} {(time.perf_counter() - t0) * 1000:.3f}\n")
+                    self.trace_line(key, conn, corr, time.perf_counter() - t0)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
