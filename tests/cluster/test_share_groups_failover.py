@@ -20,8 +20,11 @@ The group id is chosen so that the broker killed has exactly the role under test
   which replays the partition.
 
 Once a third of the records is acknowledged the broker is killed. Checks: no record is delivered
-after the broker confirmed its acknowledgement (the acknowledged state was not lost), every record
-is acknowledged (none lost), and the share-partition start offsets end at the log end.
+after the broker confirmed its acknowledgement (the acknowledged state was not lost), the
+share-partition start offsets end at the log end (every record acknowledged: none lost), every
+record was delivered, and every acknowledgement was confirmed to its consumer except at most those
+the killed broker stored without answering (one commit per consumer: such a record is acknowledged,
+its consumer's commit reports a failure, and it is not delivered again, as in Kafka).
 """
 
 from __future__ import annotations
@@ -71,6 +74,9 @@ OVERRIDES = {
     "share.coordinator.state.topic.num.partitions": str(STATE_PARTITIONS),
 }
 DONE_DEADLINE_S = 180.0
+# Acknowledgements the killed leader may have stored without answering: one commit of up to
+# max.poll.records (50, share_clients.start_worker) per consumer.
+UNANSWERED_AT_KILL = CONSUMERS * 50
 
 
 def topic_id(cluster: BrokerCluster, topic: str) -> uuid.UUID:
@@ -154,15 +160,20 @@ def test_share_group_survives_broker_kill(etcd: EtcdProcess, tmp_path: Path, rol
             at_kill = [acknowledged(p) for p in range(PARTITIONS)]
             killed_at = time.monotonic()
             assert max(at_kill) < N // 2, f"a partition done before the kill ({at_kill}): slow the consumers down"
-            wait_until(lambda: acknowledged() >= N, "every record acknowledged", DONE_DEADLINE_S, interval=0.5)
-            done_s = time.monotonic() - killed_at
+            # None lost: the share-partitions' start offsets reach the log end, so the group has
+            # every record acknowledged. The consumers confirm all but the acknowledgements the
+            # dead leader stored and never answered (at most one 50-record commit per consumer):
+            # those records stay acknowledged and are not delivered again (found in a CI run).
             offsets = wait_until(lambda: (o := start_offsets(cluster, group)) == dict.fromkeys(range(PARTITIONS), N // 2) and o,
-                                 "share-partition start offsets at the log end", 60)
+                                 "share-partition start offsets at the log end", DONE_DEADLINE_S, interval=0.5)
+            done_s = time.monotonic() - killed_at
+            wait_until(lambda: acknowledged() >= N - UNANSWERED_AT_KILL, "every record's acknowledgement confirmed "
+                       "but those the killed leader left unanswered", 60, interval=0.5)
         finally:
             for w in workers:
                 w.kill()
                 w.wait(10)
-        deliveries, redeliveries = check_outcome(files, N)
+        deliveries, redeliveries = check_outcome(files, N, unconfirmed=UNANSWERED_AT_KILL)
         errors = sum(1 for f in files for line in open(f) if line.startswith("E "))
         print(f"\n{role}: node {victim} killed with {at_kill} of {N // 2} per partition acknowledged; all acknowledged "
               f"{done_s:.1f} s later; {deliveries} deliveries ({redeliveries} of unacknowledged records again), "
