@@ -1,4 +1,5 @@
-"""Hand-written codecs for the two record-bearing messages: ProduceRequest and FetchResponse.
+"""Hand-written codecs for the two record-bearing messages (ProduceRequest, FetchResponse), a
+follower's FetchRequest, and the Metadata response.
 
 kafka-python's generic codec copies the records field when decoding and again when encoding.
 Here a ProduceRequest's records come out as memoryviews into the request frame (writable when
@@ -151,6 +152,59 @@ def _decode_produce(buf: memoryview, version: int) -> ProduceRequestData:
     if flexible:
         pos = _skip_tags(buf, pos)
     return ProduceRequestData(txn_id, acks, timeout, topics)
+
+
+# --- FetchRequest v12 (a follower's) ---------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class EncodedRequest:
+    """A request body encoded by hand, for protocol.client.ProtocolClient.request (which asks an
+    ApiMessage for API_KEY and encode(version))."""
+
+    API_KEY: int
+    version: int
+    body: bytes
+
+    def encode(self, version: int) -> bytes:
+        if version != self.version:
+            raise ValueError(f"encoded at v{self.version}, asked for v{version}")
+        return self.body
+
+
+_FETCH_REQ_HEAD = struct.Struct(">iiiibii")  # replica_id, max_wait_ms, min_bytes, max_bytes, isolation, session id, epoch
+_FETCH_REQ_PART = struct.Struct(">iiqiqi")  # partition, current_leader_epoch, fetch_offset, last_fetched_epoch,
+#                                             log_start_offset, partition_max_bytes (then an empty tag section)
+
+
+def encode_fetch_request_v12(replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int, isolation_level: int,
+                             session_id: int, session_epoch: int,
+                             topics: list[tuple[str, list[tuple[int, int, int, int, int, int]]]],
+                             forgotten: list[tuple[str, list[int]]], rack_id: str = "") -> EncodedRequest:
+    """FetchRequest v12 body (Kafka's FetchRequest.json; no tagged fields set: ClusterId stays
+    null) as a follower's fetcher sends it, every fetch, without one kafka-python struct object
+    per topic and partition. ``topics``: (name, [(partition, current_leader_epoch, fetch_offset,
+    last_fetched_epoch, log_start_offset, partition_max_bytes)]); ``forgotten``: (name, [partition])."""
+    out = bytearray(_FETCH_REQ_HEAD.pack(replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level,
+                                         session_id, session_epoch))
+    out += _enc_uvarint(len(topics) + 1)
+    pack = _FETCH_REQ_PART.pack
+    for name, parts in topics:
+        out += _compact_str(name)
+        out += _enc_uvarint(len(parts) + 1)
+        for part in parts:
+            out += pack(*part)
+            out.append(0)  # partition tagged fields
+        out.append(0)  # topic tagged fields
+    out += _enc_uvarint(len(forgotten) + 1)
+    for name, indexes in forgotten:
+        out += _compact_str(name)
+        out += _enc_uvarint(len(indexes) + 1)
+        out += struct.pack(f">{len(indexes)}i", *indexes)
+        out.append(0)
+    out += _compact_str(rack_id)
+    out.append(0)  # request tagged fields
+    return EncodedRequest(1, 12, bytes(out))
 
 
 # --- FetchResponse ------------------------------------------------------------------------------

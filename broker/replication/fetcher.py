@@ -39,8 +39,6 @@ import time
 import zlib
 from collections.abc import Callable, Iterable
 
-from kafka.protocol.consumer import FetchRequest
-
 from broker.fetch_sessions import INITIAL_EPOCH, next_epoch
 from broker.partition import Partition
 from broker.replication import follower
@@ -48,7 +46,7 @@ from broker.replication.env import ReplicaEnv
 from broker.replication.truncation import truncation_offset
 from protocol.client import ProtocolClient
 from protocol.errors import ErrorCode
-from protocol.fast_codecs import decode_fetch_response
+from protocol.fast_codecs import EncodedRequest, decode_fetch_response, encode_fetch_request_v12
 
 log = logging.getLogger("broker.replication.fetcher")
 
@@ -56,9 +54,6 @@ FETCH_VERSION = 12
 # Every partition's fetch state is compared with the session's this often (see ReplicaFetcher._changed).
 FULL_CHECK_S = 5.0
 STOP_WAIT_S = 5.0
-_T = FetchRequest.FetchTopic
-_P = FetchRequest.FetchTopic.FetchPartition
-_F = FetchRequest.ForgottenTopic
 
 
 def fetcher_id(topic: str, partition: int, num_fetchers: int) -> int:
@@ -260,7 +255,7 @@ class ReplicaFetcher:
         lg = part.log
         return lg.log_end_offset, lg.log_start_offset, part.leader_epoch, lg.latest_epoch, max_bytes
 
-    def _build(self, now: float) -> FetchRequest:
+    def _build(self, now: float) -> EncodedRequest:
         m = self.manager
         per_partition = m._setting("replica.fetch.max.bytes", 1048576)
         full = self._session_epoch == INITIAL_EPOCH
@@ -286,24 +281,17 @@ class ReplicaFetcher:
         self._pending_full = named if full else None
         self._pending_changes = named
         self._pending_forgotten = forgotten
-        by_topic: dict[str, list] = {}
+        by_topic: dict[str, list[tuple[int, int, int, int, int, int]]] = {}
         for (topic, index), (fetch_offset, log_start, leader_epoch, last_epoch, max_bytes) in named.items():
-            by_topic.setdefault(topic, []).append(_P(
-                version=FETCH_VERSION, partition=index, current_leader_epoch=leader_epoch,
-                fetch_offset=fetch_offset, last_fetched_epoch=last_epoch,
-                log_start_offset=log_start, partition_max_bytes=max_bytes))
+            by_topic.setdefault(topic, []).append(
+                (index, leader_epoch, fetch_offset, last_epoch, log_start, max_bytes))
         by_forgotten: dict[str, list[int]] = {}
         for topic, index in forgotten:
             by_forgotten.setdefault(topic, []).append(index)
-        return FetchRequest(
-            version=FETCH_VERSION, replica_id=self.env.node_id,
-            max_wait_ms=m._setting("replica.fetch.wait.max.ms", 500),
-            min_bytes=m._setting("replica.fetch.min.bytes", 1),
-            max_bytes=m._setting("replica.fetch.response.max.bytes", 10485760),
-            isolation_level=0, session_id=self._session_id, session_epoch=self._session_epoch,
-            topics=[_T(version=FETCH_VERSION, topic=t, partitions=ps) for t, ps in by_topic.items()],
-            forgotten_topics_data=[_F(version=FETCH_VERSION, topic=t, partitions=ps) for t, ps in by_forgotten.items()],
-            rack_id="")
+        return encode_fetch_request_v12(
+            self.env.node_id, m._setting("replica.fetch.wait.max.ms", 500), m._setting("replica.fetch.min.bytes", 1),
+            m._setting("replica.fetch.response.max.bytes", 10485760), 0, self._session_id, self._session_epoch,
+            list(by_topic.items()), list(by_forgotten.items()))
 
     def _session_answered(self, response) -> bool:
         """Advance the fetch session from a response; False when the session failed (the next
