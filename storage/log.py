@@ -605,9 +605,10 @@ class Log:
             seg = segments[i]
             if max_offset is not None and seg.base_offset >= max_offset:
                 break
-            # The bytes from the index entry at or below the start to the segment end bound the read:
+            # The bytes from where a read starts (an append hint, or the index entry below) to the
+            # segment end bound the read:
             # a consumer at the tail of the log is copied without a header scan first.
-            if zero_copy and min(seg.size - seg.offset_index.lookup(start_offset)[1],
+            if zero_copy and min(seg.size - seg.start_position(start_offset),
                                  max_bytes) >= ZERO_COPY_MIN_BYTES:
                 rng = seg.read_range(start_offset, max_bytes, max_offset, min_one_batch)
                 if rng is not None:

@@ -139,6 +139,7 @@ _FIRST_HEADER = _LAST_DELTA_AT + 4  # bytes of a batch header up to and includin
 # many headers), and only the next header once a batch is at least _BIG_BATCH bytes long (a window
 # would mostly copy record bytes that are about to be sent from the file anyway).
 _SCAN_WINDOW = 64 * 1024
+APPEND_HINTS = 16  # Segment._start_hints: the last appends whose start positions are kept
 _BIG_BATCH = 16 * 1024
 
 
@@ -227,6 +228,12 @@ class Segment:
         # The previous active segment's un-dropped tail (path, start, end), dropped once this one
         # is CACHE_WINDOW long: set by Log.roll.
         self.predecessor_tail: tuple[Path, int, int] | None = None
+        # Where the batches of the last APPEND_HINTS appends start (base offset -> file position):
+        # a follower or a consumer at the tail fetches from exactly such an offset, and starting
+        # there skips the scan of batch headers from the sparse index entry below it (up to
+        # index.interval.bytes of small batches, read on every fetch). Cleared when the file is
+        # cut (truncate_to, recover); a hint is also checked against the batch it points at.
+        self._start_hints: dict[int, int] = {}
 
     # --- creation / loading -----------------------------------------------------------------
 
@@ -288,6 +295,7 @@ class Segment:
         without producer state) but loses entries beyond the new end."""
         self.offset_index.reset()
         self.time_index.reset()
+        self._start_hints.clear()
         self.max_timestamp = -1
         self.offset_of_max_timestamp = self.base_offset
         self.first_batch_timestamp = None
@@ -389,6 +397,10 @@ class Segment:
         for h in headers:
             index_batch(h, pos + h.position - start)
         self.size = pos + end - start
+        hints = self._start_hints
+        hints[headers[0].base_offset] = pos + headers[0].position - start
+        if len(hints) > APPEND_HINTS:
+            del hints[next(iter(hints))]
         last = headers[-1]
         self.next_offset = last.base_offset + last.last_offset_delta + 1
         self.dirty = True
@@ -453,6 +465,12 @@ class Segment:
 
     # --- reads ------------------------------------------------------------------------------
 
+    def start_position(self, offset: int) -> int:
+        """Where a scan for ``offset`` starts: the batch appended at exactly that offset, if it
+        is one of the last few, else the sparse index entry at or below it."""
+        hinted = self._start_hints.get(offset)
+        return self.offset_index.lookup(offset)[1] if hinted is None else hinted
+
     def find_position(self, offset: int, start_pos: int | None = None) -> rb.BatchHeader | None:
         """Header (with file position) of the first batch whose last offset >= offset."""
         pos = self.offset_index.lookup(offset)[1] if start_pos is None else start_pos
@@ -466,14 +484,22 @@ class Segment:
         """Whole batches from the one containing ``offset``: (bytes, its base offset), or None
         when no batch of this segment reaches ``offset``."""
         size = self.size
-        pos = self.offset_index.lookup(offset)[1]
-        # One pread usually covers both the short scan from the index entry and the range.
-        want = min(size - pos, max_bytes + min(self.index_interval_bytes, 1 << 18) + 65536)
-        if want <= 0:
-            return None
-        buf = os.pread(self.fd, want, pos)
-        n = len(buf)
         unpack = _BASE_LEN.unpack_from
+        hinted = self._start_hints.get(offset)
+        if hinted is not None:
+            # A batch starts at ``offset``: no scan, so only what the range needs is read.
+            pos = hinted
+            buf = os.pread(self.fd, min(size - pos, max(max_bytes, rb.HEADER_SIZE)), pos)
+            if len(buf) < rb.HEADER_SIZE or unpack(buf, 0)[0] != offset:
+                hinted = None
+        if hinted is None:
+            pos = self.offset_index.lookup(offset)[1]
+            # One pread usually covers both the short scan from the index entry and the range.
+            want = min(size - pos, max_bytes + min(self.index_interval_bytes, 1 << 18) + 65536)
+            if want <= 0:
+                return None
+            buf = os.pread(self.fd, want, pos)
+        n = len(buf)
         delta = _INT32.unpack_from
         p = 0
         while True:
@@ -538,7 +564,10 @@ class Segment:
         from the file (os.sendfile) without passing through Python."""
         size = self.size
         scan = _HeaderScan(self.fd, size)
-        p = self.offset_index.lookup(offset)[1]
+        hinted = self._start_hints.get(offset)
+        p = self.offset_index.lookup(offset)[1] if hinted is None else hinted
+        if hinted is not None and ((h := scan.header(p, _FIRST_HEADER)) is None or h[0] != offset):
+            p = self.offset_index.lookup(offset)[1]  # a hint that does not hold (see _start_hints)
         while True:
             h = scan.header(p, _FIRST_HEADER)
             if h is None:
@@ -633,6 +662,7 @@ class Segment:
         if header is None:
             return 0
         removed = self.size - header.position
+        self._start_hints.clear()
         os.ftruncate(self.fd, header.position)
         self.size = header.position
         self.recover(check=False)

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from storage import batch as rb
-from storage.log import Log, OffsetOutOfRangeError, parse_topic_partition
+from storage import log as storage_log
+from storage.log import FileSlice, Log, OffsetOutOfRangeError, parse_topic_partition
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
 
@@ -528,3 +529,48 @@ def test_read_without_index_entries_large_batches(tmp_path: Path) -> None:
     lg.close()
     lg = Log.open(tmp_path / "t-0", LogConfig(index_interval_bytes=1 << 30), clean_shutdown=True)
     assert lg.log_end_offset == 12
+
+
+def _reads(lg: Log, end: int, zero_copy: bool) -> list[tuple]:
+    """Every read a fetcher could make up to ``end``: from each offset, with small and large limits."""
+    out = []
+    for offset in range(end + 1):
+        for max_bytes in (0, 1, 150, 700, 1 << 20):
+            res = lg.read(offset, max_bytes, min_one_batch=True, zero_copy=zero_copy)
+            data = b"".join(c.read() if isinstance(c, FileSlice) else bytes(c) for c in res.chunks)
+            out.append((offset, max_bytes, res.first_offset, data))
+    return out
+
+
+@pytest.mark.parametrize("zero_copy", [False, True])
+def test_append_start_hints_read_what_the_index_scan_reads(tmp_path: Path, zero_copy: bool,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read from the start of a recent append starts at its remembered position instead of
+    scanning from the sparse index entry: the same bytes come back as from a log opened afresh
+    (no hints), also after a truncation moved the batches behind the remembered offsets. With
+    zero_copy every read goes through Segment.read_range (file slices)."""
+    if zero_copy:
+        monkeypatch.setattr(storage_log, "ZERO_COPY_MIN_BYTES", 1)
+    cfg = LogConfig(segment_bytes=1 << 20, index_interval_bytes=4096)
+    lg = Log.open(tmp_path / "t-0", cfg)
+    for i in range(60):
+        append(lg, 1 + i % 4, value=b"v" * (20 + 7 * i))
+    end = lg.log_end_offset
+    hinted = _reads(lg, end, zero_copy)
+    lg.close()
+    lg = Log.open(tmp_path / "t-0", cfg)  # no hints
+    assert _reads(lg, end, zero_copy) == hinted
+    for i in range(30):
+        append(lg, 1 + i % 3, value=b"w" * (40 + 3 * i))
+    remembered = list(lg.segments[-1]._start_hints)
+    # Cut back into the batches whose starts are remembered, then append batches of other sizes
+    # over the same offsets: the positions remembered for them are wrong now.
+    lg.truncate_to(remembered[len(remembered) // 2])
+    append(lg, 40, value=b"x" * 30)
+    end2 = lg.log_end_offset
+    assert any(lg.log_end_offset - 40 < o < end2 for o in remembered)  # offsets inside the new batch
+    hinted = _reads(lg, end2, zero_copy)
+    lg.close()
+    lg = Log.open(tmp_path / "t-0", cfg)
+    assert _reads(lg, end2, zero_copy) == hinted
+    lg.close()
