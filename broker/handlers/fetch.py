@@ -91,10 +91,9 @@ class _Result:
     diverging: tuple[int, int] | None = None
 
 
-def _resolve(ctx: RequestContext, request) -> list[_Item]:
+def _resolve(ctx: RequestContext, request, may_read: Callable[[str], bool]) -> list[_Item]:
     md = ctx.metadata
     use_ids = ctx.api_version >= 13
-    may_read = _may_read(ctx, request)
     items = []
     for t in request.topics:
         name = _topic_name(md, t, use_ids)
@@ -172,7 +171,8 @@ def _update_session(ctx: RequestContext, request, session: FetchSession) -> None
                 part.watch(session)
 
 
-def _session_items(ctx: RequestContext, request, session: FetchSession, incremental: bool) -> list[_Item]:
+def _session_items(ctx: RequestContext, request, session: FetchSession, incremental: bool,
+                   may_read: Callable[[str], bool]) -> list[_Item]:
     """The session partitions to read, in session order: all of them for a full fetch; for an
     incremental one only those the request names and those marked as possibly having news since
     the last answer (FetchSession.dirty, marked by the partitions: appends, a moved high watermark
@@ -180,7 +180,6 @@ def _session_items(ctx: RequestContext, request, session: FetchSession, incremen
     and was told the current high watermark and log start) and cost nothing per fetch, so a
     session of thousands of idle partitions answers as fast as one of a few: this per-fetch work
     is where a leader's CPU went before."""
-    may_read = _may_read(ctx, request)
     use_ids = ctx.api_version >= 13
     cached = session.partitions
     if incremental:
@@ -250,8 +249,8 @@ def _session_response(session: FetchSession, items: list[_Item], results: list[_
     return keep_items, keep_results
 
 
-def _may_read(ctx: RequestContext, request) -> Callable[[str], bool]:
-    if fetch_replica_id(request) >= 0:
+def _may_read(ctx: RequestContext, replica: int) -> Callable[[str], bool]:
+    if replica >= 0:
         follower_ok = ctx.authorize_cluster(AclOperation.CLUSTER_ACTION)
         return lambda _name: follower_ok
     return lambda name: ctx.authorize(AclOperation.READ, ResourceType.TOPIC, name)
@@ -317,13 +316,14 @@ async def handle_fetch(ctx: RequestContext, request) -> RawResponse:
             return RawResponse(encode_fetch_response(v, code, 0, []))
     if session is not None:
         _update_session(ctx, request, session)
+    may_read = _may_read(ctx, replica)  # once per request: it is asked for every partition, twice
 
     def resolve() -> list[_Item]:
         if session is None:
-            return _resolve(ctx, request)
+            return _resolve(ctx, request, may_read)
         # Partitions whose topic id is unknown are answered (with the error) but never cached.
-        extra = [it for it in _resolve(ctx, request) if it.topic is None] if v >= 13 else []
-        return _session_items(ctx, request, session, incremental) + extra
+        extra = [it for it in _resolve(ctx, request, may_read) if it.topic is None] if v >= 13 else []
+        return _session_items(ctx, request, session, incremental, may_read) + extra
 
     items = resolve()
     isolation = request.isolation_level
@@ -347,11 +347,13 @@ async def handle_fetch(ctx: RequestContext, request) -> RawResponse:
             for p in parts:
                 # A follower is not woken by a high watermark that moved alone (Partition.add_waiter).
                 p.add_waiter(fut, log_only=follower)
+            # The deadline ends the wait like any wake-up (cheaper than asyncio.wait_for, and
+            # every parked fetch pays it).
+            timer = loop.call_later(remaining, _end_wait, fut)
             try:
-                await asyncio.wait_for(fut, remaining)
-            except TimeoutError:
-                pass
+                await fut
             finally:
+                timer.cancel()
                 if session is not None and session.waiter is fut:
                     session.waiter = None
                 for p in parts:
@@ -360,7 +362,8 @@ async def handle_fetch(ctx: RequestContext, request) -> RawResponse:
             results, total, errors = _read(items, max_bytes, isolation, follower=follower)
             if errors:
                 break
-    _count_bytes_out(ctx, request, items, results)
+    if not follower:
+        _count_bytes_out(ctx, items, results)
     if session is None:
         return _build_response(ctx, v, items, results, 0)
     session.last_fetch_ms = lag_clock_ms()  # feeds the follower's caught-up time (Partition.tell_sessions)
@@ -387,11 +390,14 @@ def _record_follower_fetch(ctx: RequestContext, items: list[_Item], replica: int
             rm.record_follower_fetch(part, replica, it.fetch_offset, it.log_start_offset)
 
 
-def _count_bytes_out(ctx: RequestContext, request, items: list[_Item], results: list[_Result]) -> None:
+def _end_wait(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def _count_bytes_out(ctx: RequestContext, items: list[_Item], results: list[_Result]) -> None:
     """BytesOutPerSec: the record batches sent to consumers (Kafka counts a follower's fetches
     as replication bytes instead, which kbroker does not meter yet)."""
-    if fetch_replica_id(request) >= 0:
-        return
     stats = ctx.partitions.topic_stats
     for it, r in zip(items, results, strict=True):
         if it.part is not None and r.records:

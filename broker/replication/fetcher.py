@@ -227,8 +227,10 @@ class ReplicaFetcher:
                     continue
                 request = self._build(now)
                 wait_ms = self.manager._setting("replica.fetch.wait.max.ms", 500)
-                response = await asyncio.wait_for(client.request(request, FETCH_VERSION, decode=decode_fetch_response),
-                                                  wait_ms / 1000 + 30)
+                # asyncio.timeout, not wait_for: the request is sent from this task at once, with no
+                # task of its own to create and schedule per fetch.
+                async with asyncio.timeout(wait_ms / 1000 + 30):
+                    response = await client.request(request, FETCH_VERSION, decode=decode_fetch_response)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # connection refused or lost, timeout: the leader may be gone
