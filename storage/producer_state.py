@@ -32,7 +32,7 @@ from storage.batch import (
     NO_PRODUCER_EPOCH,
     NO_SEQUENCE,
     BatchHeader,
-    decode_records,
+    first_record_key_value,
     parse_control_key,
 )
 from storage.checkpoints import atomic_write_bytes
@@ -638,12 +638,11 @@ def _read_marker(header: BatchHeader, batch: bytes | bytearray | memoryview) -> 
     data = batch
     if len(batch) != header.size:
         data = memoryview(batch)[header.position : header.position + header.size]
-    records = decode_records(data)
-    if not records or records[0].key is None:
+    key, value = first_record_key_value(data)
+    if key is None or len(key) < 4:
         raise ValueError("control batch without a control record")
-    _, control_type = parse_control_key(records[0].key)
+    _, control_type = parse_control_key(key)
     coord_epoch = None
-    value = records[0].value
     if value is not None and len(value) >= 6:
         coord_epoch = struct.unpack_from(">i", value, 2)[0]
     return control_type, coord_epoch
