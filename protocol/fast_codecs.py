@@ -199,8 +199,7 @@ def encode_fetch_request_v12(replica_id: int, max_wait_ms: int, min_bytes: int, 
     out += _enc_uvarint(len(forgotten) + 1)
     for name, indexes in forgotten:
         out += _compact_str(name)
-        out += _enc_uvarint(len(indexes) + 1)
-        out += struct.pack(f">{len(indexes)}i", *indexes)
+        out += _int32s(indexes, True)
         out.append(0)
     out += _compact_str(rack_id)
     out.append(0)  # request tagged fields

@@ -44,7 +44,6 @@ CONTROL_TYPE_COMMIT = 1
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _BASE_OFFSET = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
-_INT16 = struct.Struct(">h")
 
 
 class InvalidBatchError(ValueError):
@@ -318,54 +317,6 @@ def build_control_batch(
 def parse_control_key(key: bytes) -> tuple[int, int]:
     """(version, type) of a control record key."""
     return struct.unpack_from(">hh", key)
-
-
-def _zigzag_varint(buf: bytes | bytearray | memoryview, pos: int, end: int) -> tuple[int, int]:
-    """A record field's varint (zigzag, at most 10 bytes) at ``pos``: (value, next position)."""
-    result = shift = 0
-    while True:
-        if pos >= end or shift > 63:
-            raise ValueError("varint past the end of the batch")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-
-
-def first_record_key_value(batch: bytes | bytearray | memoryview) -> tuple[bytes | None, bytes | None]:
-    """Key and value of the first record of one batch, read in place when the batch is not
-    compressed (a control batch never is: its marker is read on every marker append, on every
-    replica); a compressed one goes through decode_records. ValueError when it has no record or
-    its first record runs past the batch."""
-    if len(batch) < HEADER_SIZE:
-        raise ValueError("batch shorter than its header")
-    attributes = _INT16.unpack_from(batch, ATTRIBUTES_OFFSET)[0]
-    if attributes & COMPRESSION_MASK:
-        records = decode_records(batch)
-        if not records:
-            raise ValueError("batch without records")
-        return records[0].key, records[0].value
-    if _INT32.unpack_from(batch, RECORDS_COUNT_OFFSET)[0] < 1:
-        raise ValueError("batch without records")
-    end = len(batch)
-    length, pos = _zigzag_varint(batch, HEADER_SIZE, end)
-    end = min(end, pos + length)
-    pos += 1  # record attributes
-    _, pos = _zigzag_varint(batch, pos, end)  # timestamp delta
-    _, pos = _zigzag_varint(batch, pos, end)  # offset delta
-    fields: list[bytes | None] = []
-    for _ in range(2):  # key, value
-        n, pos = _zigzag_varint(batch, pos, end)
-        if n < 0:
-            fields.append(None)
-            continue
-        if pos + n > end:
-            raise ValueError("record field past the end of its record")
-        fields.append(bytes(batch[pos : pos + n]))
-        pos += n
-    return fields[0], fields[1]
 
 
 def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:

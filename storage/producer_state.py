@@ -32,10 +32,10 @@ from storage.batch import (
     NO_PRODUCER_EPOCH,
     NO_SEQUENCE,
     BatchHeader,
-    first_record_key_value,
     parse_control_key,
 )
 from storage.checkpoints import atomic_write_bytes
+from storage.record_validation import first_record_key_value
 
 log = logging.getLogger(__name__)
 
@@ -638,7 +638,7 @@ def _read_marker(header: BatchHeader, batch: bytes | bytearray | memoryview) -> 
     data = batch
     if len(batch) != header.size:
         data = memoryview(batch)[header.position : header.position + header.size]
-    key, value = first_record_key_value(data)
+    key, value = first_record_key_value(header, data)
     if key is None or len(key) < 4:
         raise ValueError("control batch without a control record")
     _, control_type = parse_control_key(key)

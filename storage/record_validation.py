@@ -18,7 +18,8 @@ than lz4 takes to fill it, unless malloc is tuned: broker.malloc_tuning). When t
 invalid or the payload does not decode, the one-buffer path reruns (`decompress`, then the Python
 walk), so errors are exactly its own; output past the cap is refused at once (see _walk_streaming).
 Without the compiled walk the one-buffer path is the only one; its output (at most the cap) is
-held while it is walked.
+held while it is walked. `first_record_key_value` reads one record's key and value with the same
+framing reader (producer state reads each transaction marker's control record with it).
 
 The walk is compiled when it can be: `storage._recwalk` (storage/_recwalk.c, an optional extension
 that setup.py builds when a C compiler is present) walks the request's buffer in place, about 100x
@@ -633,6 +634,37 @@ def _varint(data: bytes | bytearray | memoryview, pos: int, end: int, max_bytes:
             return (raw >> 1) ^ -(raw & 1), pos + k + 1
         shift += 7
     raise InvalidRecordError("Varint is too long, the most significant bit in the last byte is set")
+
+
+def first_record_key_value(header: B.BatchHeader,
+                           batch: bytes | bytearray | memoryview) -> tuple[bytes | None, bytes | None]:
+    """Key and value of the first record of one batch (``header``: its parsed header): a
+    transaction marker's control record, read on every marker append, on every replica. Read in
+    place by the walk's own framing reader when the batch is not compressed (a control batch never
+    is); a compressed one goes through storage.batch.decode_records. InvalidRecordError (a
+    ValueError) when the batch has no record or its first record runs past the batch."""
+    if header.compression:
+        records = B.decode_records(batch)
+        if not records:
+            raise InvalidRecordError("batch without records")
+        return records[0].key, records[0].value
+    if header.records_count < 1 or len(batch) <= B.HEADER_SIZE:
+        raise InvalidRecordError("batch without records")
+    length, pos = _varint(batch, B.HEADER_SIZE, len(batch))
+    end = min(len(batch), pos + length)
+    _, pos = _varint(batch, pos + 1, end, 10)  # after the attributes byte: timestamp delta (a varlong)
+    _, pos = _varint(batch, pos, end)  # offset delta
+    fields: list[bytes | None] = []
+    for _ in range(2):  # key, value
+        n, pos = _varint(batch, pos, end)
+        if n < 0:
+            fields.append(None)
+            continue
+        if pos + n > end:
+            raise _structure()
+        fields.append(bytes(batch[pos : pos + n]))
+        pos += n
+    return fields[0], fields[1]
 
 
 def _walk_headers(data: bytes | bytearray | memoryview, pos: int, stop: int, count: int) -> int:

@@ -564,10 +564,9 @@ class Segment:
         from the file (os.sendfile) without passing through Python."""
         size = self.size
         scan = _HeaderScan(self.fd, size)
-        hinted = self._start_hints.get(offset)
-        p = self.offset_index.lookup(offset)[1] if hinted is None else hinted
-        if hinted is not None and ((h := scan.header(p, _FIRST_HEADER)) is None or h[0] != offset):
-            p = self.offset_index.lookup(offset)[1]  # a hint that does not hold (see _start_hints)
+        p = self._start_hints.get(offset, -1)
+        if p < 0 or (h := scan.header(p, _FIRST_HEADER)) is None or h[0] != offset:
+            p = self.offset_index.lookup(offset)[1]  # no hint, or one that does not hold (see _start_hints)
         while True:
             h = scan.header(p, _FIRST_HEADER)
             if h is None:

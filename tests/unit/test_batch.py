@@ -73,30 +73,3 @@ def test_control_batch_round_trip():
 @pytest.mark.parametrize(("seq", "inc", "expected"), [(0, 4, 4), (2**31 - 1, 1, 0), (2**31 - 3, 5, 2)])
 def test_sequence_wraps_at_int32_max(seq, inc, expected):
     assert B.increment_sequence(seq, inc) == expected
-
-
-@pytest.mark.parametrize("records", [
-    [(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x07")],  # a commit marker's key and value
-    [(None, b"v")], [(b"k", None)], [(None, None)], [(b"", b"")],
-    [(b"k" * 300, b"v" * 70_000, [("h", b"x")]), (b"second", b"record")],  # multi-byte lengths, headers
-])
-@pytest.mark.parametrize("compression", [0, 1, 2, 3, 4])
-def test_first_record_key_value_matches_decode_records(records, compression) -> None:
-    batch = B.build_batch(records, compression=compression, control=len(records[0][0] or b"") == 4)
-    first = B.decode_records(batch)[0]
-    assert B.first_record_key_value(batch) == (first.key, first.value)
-    assert B.first_record_key_value(memoryview(bytearray(batch))) == (first.key, first.value)
-
-
-def test_first_record_key_value_refuses_cut_or_empty_batches() -> None:
-    batch = B.build_control_batch(B.CONTROL_TYPE_COMMIT, coordinator_epoch=7, producer_id=5, producer_epoch=1)
-    assert B.first_record_key_value(batch) == (b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x07")
-    for cut in range(len(batch) - 1, 0, -1):
-        if cut >= B.HEADER_SIZE + 1 + 1 + 1 + 1 + 1 + 4:  # the key is still whole
-            continue
-        with pytest.raises(ValueError):
-            B.first_record_key_value(batch[:cut])
-    empty = bytearray(batch)
-    struct.pack_into(">i", empty, B.RECORDS_COUNT_OFFSET, 0)
-    with pytest.raises(ValueError):
-        B.first_record_key_value(empty)

@@ -239,3 +239,30 @@ def test_a_corrupt_payload_is_handed_over_for_the_exact_error():
         check(batch, inline_budget=8 << 20)
     with pytest.raises((RV.CorruptRecordsError, RV.InvalidRecordError)):
         check(batch)
+
+
+@pytest.mark.parametrize("records", [
+    [(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x07")],  # a commit marker's key and value
+    [(None, b"v")], [(b"k", None)], [(None, None)], [(b"", b"")],
+    [(b"k" * 300, b"v" * 70_000, [("h", b"x")]), (b"second", b"record")],  # multi-byte lengths, headers
+])
+@pytest.mark.parametrize("compression", [0, 1, 2, 3, 4])
+def test_first_record_key_value_matches_decode_records(records, compression) -> None:
+    batch = B.build_batch(records, compression=compression, control=len(records[0][0] or b"") == 4)
+    first = B.decode_records(batch)[0]
+    assert RV.first_record_key_value(B.parse_header(batch), batch) == (first.key, first.value)
+    assert RV.first_record_key_value(B.parse_header(batch), memoryview(bytearray(batch))) == (first.key, first.value)
+
+
+def test_first_record_key_value_refuses_cut_or_empty_batches() -> None:
+    batch = B.build_control_batch(B.CONTROL_TYPE_COMMIT, coordinator_epoch=7, producer_id=5, producer_epoch=1)
+    assert RV.first_record_key_value(B.parse_header(batch), batch) == (b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x07")
+    for cut in range(len(batch) - 1, 0, -1):
+        if cut >= B.HEADER_SIZE + 1 + 1 + 1 + 1 + 1 + 4:  # the key is still whole
+            continue
+        with pytest.raises(ValueError):
+            RV.first_record_key_value(B.parse_header(batch), batch[:cut])
+    empty = bytearray(batch)
+    struct.pack_into(">i", empty, B.RECORDS_COUNT_OFFSET, 0)
+    with pytest.raises(ValueError):
+        RV.first_record_key_value(B.parse_header(empty), empty)
