@@ -61,6 +61,9 @@ class CachedPartition:
     follower_log_start: int = -1  # the follower's own log start (its fetch state, not a response figure)
     hw: int = -1
     log_start: int = -1
+    # The Partition object this session was last added to (Partition.watch): the handler watches
+    # again only when the replica object changed (created or recreated), not at every fetch.
+    watched: object = field(default=None, compare=False, repr=False)
 
     def must_respond(self, error: int, records_size: int, diverging: bool, hw: int, log_start: int) -> bool:
         """Kafka's maybeUpdateResponseData, updating the cached figures as the response is built."""
@@ -93,16 +96,19 @@ class FetchSession:
     waiter: asyncio.Future[None] | None = None
     last_fetch_ms: int = 0  # when the follower last fetched in this session (lag_clock_ms: monotonic)
 
-    def update(self, key: tuple[str, int], cp: CachedPartition) -> None:
-        """Add a partition or refresh its fetch state (the cached response figures stay)."""
+    def update(self, key: tuple[str, int], topic_id: object, fetch_offset: int, max_bytes: int, leader_epoch: int,
+               last_fetched_epoch: int, follower_log_start: int) -> CachedPartition:
+        """Add a partition or refresh its fetch state (the cached response figures stay); returns its entry."""
         old = self.partitions.get(key)
         if old is None:
-            self.partitions[key] = cp
-            return
-        old.fetch_offset, old.max_bytes = cp.fetch_offset, cp.max_bytes
-        old.leader_epoch, old.last_fetched_epoch = cp.leader_epoch, cp.last_fetched_epoch
-        old.follower_log_start = cp.follower_log_start
-        old.topic_id = cp.topic_id
+            cp = self.partitions[key] = CachedPartition(key[0], topic_id, key[1], fetch_offset, max_bytes, leader_epoch,
+                                                        last_fetched_epoch, follower_log_start)
+            return cp
+        old.fetch_offset, old.max_bytes = fetch_offset, max_bytes
+        old.leader_epoch, old.last_fetched_epoch = leader_epoch, last_fetched_epoch
+        old.follower_log_start = follower_log_start
+        old.topic_id = topic_id
+        return old
 
     def forget(self, key: tuple[str, int]) -> None:
         self.partitions.pop(key, None)

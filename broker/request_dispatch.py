@@ -10,17 +10,18 @@ from __future__ import annotations
 import logging
 import struct
 import time
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from kafka.protocol.metadata import ApiVersionsResponse
 
 from broker import client_throttle
-from broker.handlers import HANDLERS, CloseConnection, RawResponse, RequestContext
+from broker.handlers import HANDLERS, CloseConnection, RawResponse, Registration, RequestContext
 from broker.handlers.api_versions import supported_api_keys
 from broker.handlers.sasl import ANONYMOUS, SaslSession
 from broker.metrics.stats import RequestStats
 from broker.services import BrokerServices
-from protocol.api_table import get_spec
+from protocol.api_table import ApiSpec, get_spec
 from protocol.errors import ErrorCode
 from protocol.headers import HeaderError, encode_response_prefix, parse_request_header, skip_tagged_fields
 from protocol.null_check import checker_for
@@ -63,18 +64,22 @@ async def dispatch(server: ServerState, conn: ConnectionState, frame: bytearray)
     except HeaderError as e:
         raise CloseConnection(f"malformed request header ({e})") from None
     key, version = header.api_key, header.api_version
-    reg = HANDLERS.get(key)
-    spec = get_spec(key)
-    if reg is None or spec is None:
-        raise CloseConnection(f"unknown or unsupported api key {key} (version {version})")
-    if not reg.min_version <= version <= reg.max_version:
-        if key == 18:
-            return _api_versions_fallback(header.correlation_id)
-        raise CloseConnection(
-            f"unsupported version {version} of {spec.name} (supported {reg.min_version}-{reg.max_version})")
+    served = _SERVED.get((key, version))
+    if served is None:
+        reg = HANDLERS.get(key)
+        spec = get_spec(key)
+        if reg is None or spec is None:
+            raise CloseConnection(f"unknown or unsupported api key {key} (version {version})")
+        if not reg.min_version <= version <= reg.max_version:
+            if key == 18:
+                return _api_versions_fallback(header.correlation_id)
+            raise CloseConnection(
+                f"unsupported version {version} of {spec.name} (supported {reg.min_version}-{reg.max_version})")
+        served = _serve(reg, spec, version)
+    reg, spec, request_flexible, response_flexible, check = served
     pos = header.body_offset
     try:
-        if spec.request_flexible(version):
+        if request_flexible:
             pos = skip_tagged_fields(mv, pos)
         if reg.decoder is not None:
             # Hand-written decoders (Produce) apply the same nullability rules themselves.
@@ -83,7 +88,6 @@ async def dispatch(server: ServerState, conn: ConnectionState, frame: bytearray)
             request = spec.request.decode(mv[pos:], version=version)
             # Kafka's parse errors for a non-nullable field sent as null or a string longer
             # than 32767 bytes, before any handler runs.
-            check = checker_for(spec.request, version)
             if check is not None and (bad := check(request)) is not None:
                 raise ValueError(bad)
     except Exception as e:
@@ -122,13 +126,27 @@ async def dispatch(server: ServerState, conn: ConnectionState, frame: bytearray)
                           ctx.principal)
     if response is None:
         return None
-    if isinstance(response, RawResponse):
-        body_len = response.size
-        prefix = encode_response_prefix(header.correlation_id, body_len, spec.response_header_flexible(version))
+    if response.__class__ is RawResponse:
+        prefix = encode_response_prefix(header.correlation_id, response.size, response_flexible)
         return [prefix, *response.chunks]
     body = response.encode(version=version)
-    prefix = encode_response_prefix(header.correlation_id, len(body), spec.response_header_flexible(version))
+    prefix = encode_response_prefix(header.correlation_id, len(body), response_flexible)
     return [prefix, body]
+
+
+# What serving one (api key, version) needs, worked out at its first request: its registration,
+# wire spec, whether the request and response headers are flexible, and the null check. Every
+# request used to ask for each of these (five calls); handlers and specs never change while the
+# broker runs.
+_Served = tuple[Registration, ApiSpec, bool, bool, Callable[[Any], str | None] | None]
+_SERVED: dict[tuple[int, int], _Served] = {}
+
+
+def _serve(reg: Registration, spec: ApiSpec, version: int) -> _Served:
+    check = None if reg.decoder is not None else checker_for(spec.request, version)
+    served = (reg, spec, bool(spec.request_flexible(version)), bool(spec.response_header_flexible(version)), check)
+    _SERVED[(reg.api_key, version)] = served
+    return served
 
 
 def _raw_sasl_token(conn: ConnectionState, frame: bytearray) -> list[bytes | memoryview]:

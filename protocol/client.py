@@ -152,15 +152,21 @@ class ProtocolClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def request(self, request: Any, version: int, *, decode: Decoder | None = None) -> Any:
+    async def request(self, request: Any, version: int, *, decode: Decoder | None = None,
+                      timeout_s: float | None = None) -> Any:
         """Send ``request`` (a kafka-python ApiMessage) at ``version``; return the decoded response
-        (by kafka-python's codec, or by ``decode(body, version)``)."""
+        (by kafka-python's codec, or by ``decode(body, version)``). ``timeout_s``: raise TimeoutError
+        if no answer came by then (a loop timer on the answer's future: cheaper than wrapping the
+        call in asyncio.timeout, for callers that send one request after another, as followers do)."""
         spec = get_spec(request.API_KEY)
         assert spec is not None
         if self._transport is None or self._transport.is_closing():
             raise ConnectionError("not connected")
         if self._reauth_at is not None and spec.api_key not in (17, 36) and time.monotonic() >= self._reauth_at:
-            await self._maybe_reauthenticate()
+            if timeout_s is None:
+                await self._maybe_reauthenticate()
+            else:
+                await asyncio.wait_for(self._maybe_reauthenticate(), timeout_s)
         corr = next(self._corr)
         body = bytes(request.encode(version=version))
         frame = encode_request(spec.api_key, version, corr, self.client_id, body, spec.request_flexible(version))
@@ -170,7 +176,14 @@ class ProtocolClient:
         if spec.api_key == 0 and getattr(request, "acks", 1) == 0:
             del self._pending[corr]
             return None
-        return await fut
+        if timeout_s is None:
+            return await fut
+        timer = fut.get_loop().call_later(timeout_s, _expire, fut)
+        try:
+            return await fut
+        finally:
+            timer.cancel()
+            self._pending.pop(corr, None)  # answered: already gone; expired: nothing left behind
 
     def _on_frame(self, frame: bytearray) -> None:
         corr = _CORR.unpack_from(frame, 0)[0]
@@ -194,3 +207,8 @@ class ProtocolClient:
         self._pending.clear()
         if self._closed is not None and not self._closed.done():
             self._closed.set_result(None)
+
+
+def _expire(fut: asyncio.Future[Any]) -> None:
+    if not fut.done():
+        fut.set_exception(TimeoutError("no answer in time"))

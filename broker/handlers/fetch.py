@@ -50,7 +50,6 @@ from broker.client_throttle import max_fetch_bytes
 from broker.fetch_sessions import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
-    CachedPartition,
     FetchSession,
     fetch_replica_id,
     next_epoch,
@@ -161,14 +160,15 @@ def _update_session(ctx: RequestContext, request, session: FetchSession) -> None
         name = _topic_name(md, t, use_ids)
         if name is None:
             continue  # answered UNKNOWN_TOPIC_ID by _session_items' extra list, never cached
+        topic_id = getattr(t, "topic_id", None)
         for p in t.partitions:
             key = (name, p.partition)
-            session.update(key, CachedPartition(
-                name, getattr(t, "topic_id", None), p.partition, p.fetch_offset, p.partition_max_bytes,
-                p.current_leader_epoch, getattr(p, "last_fetched_epoch", -1), getattr(p, "log_start_offset", -1)))
+            cp = session.update(key, topic_id, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch,
+                                getattr(p, "last_fetched_epoch", -1), getattr(p, "log_start_offset", -1))
             part = partitions.get(*key)
-            if part is not None:
+            if part is not None and cp.watched is not part:
                 part.watch(session)
+                cp.watched = part
 
 
 def _session_items(ctx: RequestContext, request, session: FetchSession, incremental: bool,
@@ -217,7 +217,9 @@ def _settle(ctx: RequestContext, session: FetchSession, items: list[_Item]) -> N
         if part is None or it.error or fenced:
             dirty.add(key)  # looked at again until it answers normally
             continue
-        part.watch(session)  # (again, for a partition created or recreated after the session named it)
+        if cp.watched is not part:  # a partition created or recreated after the session named it
+            part.watch(session)
+            cp.watched = part
         ls = part.leader_state
         fs = ls.followers.get(replica) if ls is not None else None
         lg = part.log
@@ -327,7 +329,9 @@ async def handle_fetch(ctx: RequestContext, request) -> RawResponse:
 
     items = resolve()
     isolation = request.isolation_level
-    max_bytes = max_fetch_bytes(ctx.services.quotas, request, ctx.principal, ctx.client_id)
+    # Client quotas bound a consumer's fetch, never a follower's (max_fetch_bytes would say the same).
+    max_bytes = request.max_bytes if follower else max_fetch_bytes(ctx.services.quotas, request, ctx.principal,
+                                                                   ctx.client_id)
     if follower:
         _record_follower_fetch(ctx, items, replica)
     results, total, errors = _read(items, max_bytes, isolation, follower=follower)

@@ -83,7 +83,10 @@ def _all_failed(request, v: int, code: ErrorCode) -> ProduceResponse:
 async def _wait_replicated(hw, waits: list[tuple[Partition, int, object]], timeout_s: float) -> None:
     """acks=all in a cluster: every appended batch waits for the high watermark, all at once,
     bounded by the request's timeout."""
-    codes = await asyncio.gather(*(hw.wait_replicated(part, offset, timeout_s) for part, offset, _ in waits))
+    if len(waits) == 1:  # the common case: no gather, whose task per wait costs more than the wait
+        codes = [await hw.wait_replicated(waits[0][0], waits[0][1], timeout_s)]
+    else:
+        codes = await asyncio.gather(*(hw.wait_replicated(part, offset, timeout_s) for part, offset, _ in waits))
     for (part, _, resp), code in zip(waits, codes, strict=True):
         if code != ErrorCode.NONE and resp.error_code == ErrorCode.NONE:
             resp.error_code = code

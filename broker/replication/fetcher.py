@@ -145,6 +145,7 @@ class ReplicaFetcher:
         self._pending_full: dict[tuple[str, int], tuple[int, int, int, int, int]] | None = None
         self._pending_changes: dict[tuple[str, int], tuple[int, int, int, int, int]] = {}
         self._pending_forgotten: list[tuple[str, int]] = []
+        self._wait_ms = 500  # replica.fetch.wait.max.ms of the request being sent (read by _build)
 
     def put(self, key: tuple[str, int], part: Partition) -> None:
         """Fetch ``part`` (new here, or its leader epoch changed)."""
@@ -226,11 +227,10 @@ class ReplicaFetcher:
                     await self._sleep_backoff()
                     continue
                 request = self._build(now)
-                wait_ms = self.manager._setting("replica.fetch.wait.max.ms", 500)
-                # asyncio.timeout, not wait_for: the request is sent from this task at once, with no
-                # task of its own to create and schedule per fetch.
-                async with asyncio.timeout(wait_ms / 1000 + 30):
-                    response = await client.request(request, FETCH_VERSION, decode=decode_fetch_response)
+                # A timer on the answer (not wait_for: the request is sent from this task at once,
+                # with no task of its own to create and schedule per fetch).
+                response = await client.request(request, FETCH_VERSION, decode=decode_fetch_response,
+                                                timeout_s=self._wait_ms / 1000 + 30)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # connection refused or lost, timeout: the leader may be gone
@@ -290,8 +290,9 @@ class ReplicaFetcher:
         by_forgotten: dict[str, list[int]] = {}
         for topic, index in forgotten:
             by_forgotten.setdefault(topic, []).append(index)
+        self._wait_ms = m._setting("replica.fetch.wait.max.ms", 500)
         return encode_fetch_request_v12(
-            self.env.node_id, m._setting("replica.fetch.wait.max.ms", 500), m._setting("replica.fetch.min.bytes", 1),
+            self.env.node_id, self._wait_ms, m._setting("replica.fetch.min.bytes", 1),
             m._setting("replica.fetch.response.max.bytes", 10485760), 0, self._session_id, self._session_epoch,
             list(by_topic.items()), list(by_forgotten.items()))
 
