@@ -160,7 +160,7 @@ def _update_session(ctx: RequestContext, request, session: FetchSession) -> None
         name = _topic_name(md, t, use_ids)
         if name is None:
             continue  # answered UNKNOWN_TOPIC_ID by _session_items' extra list, never cached
-        topic_id = getattr(t, "topic_id", None)
+        topic_id = t.topic_id if use_ids else None
         for p in t.partitions:
             key = (name, p.partition)
             cp = session.update(key, topic_id, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch,
@@ -309,7 +309,7 @@ def _read(items: list[_Item], max_bytes: int, isolation: int, *,
 @api(1, 4, 17)
 async def handle_fetch(ctx: RequestContext, request) -> RawResponse:
     v = ctx.api_version
-    replica = fetch_replica_id(request)
+    replica = request.replica_id if v < 15 else fetch_replica_id(request)  # (a field of its own before v15)
     follower = replica >= 0
     session, incremental = None, False
     if v >= 7:

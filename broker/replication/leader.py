@@ -80,13 +80,16 @@ class LeaderState:
     def high_watermark_candidate(self, isr: Iterable[int], me: int, leader_leo: int) -> int | None:
         """min(log end offset) over the maximal ISR; None while a member's is unknown."""
         new = leader_leo
-        for r in set(isr) | self.pending_isr_adds:
-            if r == me:
-                continue
-            fs = self.followers.get(r)
-            if fs is None or fs.leo < 0:
-                return None
-            new = min(new, fs.leo)
+        followers = self.followers
+        for members in (isr, self.pending_isr_adds) if self.pending_isr_adds else (isr,):
+            for r in members:
+                if r == me:
+                    continue
+                fs = followers.get(r)
+                if fs is None or fs.leo < 0:
+                    return None
+                if fs.leo < new:
+                    new = fs.leo
         return new
 
     def out_of_sync(self, isr: Iterable[int], me: int, leader_leo: int, now_ms: int, lag_max_ms: int) -> list[int]:
