@@ -50,6 +50,10 @@ OFFLOAD_VALIDATION_BYTES = 64 * 1024
 INLINE_VALIDATION_BUDGET = 8 << 20
 # The low byte of the attributes (int16 at offset 21) holds the codec.
 _CODEC_BYTE = B.ATTRIBUTES_OFFSET + 1
+# How long followers may be left parked after a coordinator record nobody waits to see replicated
+# (append_coordinator's ``unwaited``): long enough for the next transaction's record to join it in
+# one fetch, short against the follower's own long poll (replica.fetch.wait.max.ms, 500 ms).
+UNWAITED_REPLICATION_DELAY_S = 0.005
 # A v2 batch (magic at byte 16) with the transactional attribute (bit 0x10 of byte 22).
 _MIN_HEADER = 61
 
@@ -218,14 +222,20 @@ class LeaderAppends:
 
     # --- coordinators ---------------------------------------------------------------------
 
-    def append_coordinator(self, part: Partition, batch: bytearray) -> int:
+    def append_coordinator(self, part: Partition, batch: bytearray, *, unwaited: bool = False) -> int:
         """Append coordinator-built batches (group and transaction state, transactional offset
         commits, whose producer state keeps the LSO of ``__consumer_offsets`` right); the first
-        offset. Callers await flush_due() before answering, so flush.messages holds for them too."""
+        offset. Callers await flush_due() before answering, so flush.messages holds for them too.
+        ``unwaited``: nobody waits for this record's replication; followers fetch it within
+        UNWAITED_REPLICATION_DELAY_S or with the partition's next append (Partition.wake_waiters_later)."""
         headers = list(B.iter_headers(batch, check=True))
         info = part.plog.append(batch, headers, AppendOrigin.COORDINATOR, leader_epoch=part.leader_epoch,
                                 now_ms=_now_ms())
-        self._appended(part)
+        if unwaited and part.leader_state is not None and part.sessions:
+            part.wake_waiters_later(UNWAITED_REPLICATION_DELAY_S)
+            self.hw.maybe_advance(part)
+        else:
+            self._appended(part)
         return info.first_offset
 
     def write_marker(self, part: Partition, batch: bytearray, *, producer_id: int, producer_epoch: int,

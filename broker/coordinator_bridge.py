@@ -75,7 +75,7 @@ class LocalPartitionAccess:
             raise KafkaError(code, f"{topic}-{partition} is not led here")
         if part.replicated and (short := rm.hw.min_isr_error(part)):
             raise KafkaError(short, f"{topic}-{partition}: the ISR is below min.insync.replicas")
-        offset = rm.appends.append_coordinator(part, bytearray(batch))
+        offset = rm.appends.append_coordinator(part, bytearray(batch), unwaited=part.replicated and not replicated)
         await log_flusher.flush_due([part])
         if part.replicated and replicated:
             # Coordinator state counts once the ISR has it (Kafka appends it with acks=all).
