@@ -44,7 +44,6 @@ without 32767 transactions.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import signal
@@ -309,19 +308,11 @@ class TransactionCoordinator:
             fut = self._state_changed.get(tid)
             if fut is None or fut.done():
                 fut = self._state_changed[tid] = loop.create_future()
-            # The shared future is never cancelled by one waiter: each waits on a future of its own,
-            # ended by the state change or by its deadline (a timer: wait_for(shield(...)) cost a
-            # task and two futures, and in a cluster nearly every transaction waits here once).
-            mine: asyncio.Future[bool] = loop.create_future()
-            changed = functools.partial(_settle_wait, mine, True)
-            fut.add_done_callback(changed)
-            timer = loop.call_later(remaining, _settle_wait, mine, False)
-            try:
-                if not await mine:
-                    break
-            finally:
-                timer.cancel()
-                fut.remove_done_callback(changed)
+            # asyncio.wait neither cancels the shared future at the deadline nor wraps it in a task
+            # (wait_for(shield(...)) did both; in a cluster nearly every transaction waits here once).
+            done, _ = await asyncio.wait((fut,), timeout=remaining)
+            if not done:
+                break
             err, md = self._validate(tid, pid, epoch)
         return err, md
 
@@ -745,8 +736,3 @@ def _by_topic(partitions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
     for topic, p in sorted(partitions):
         out.setdefault(topic, []).append(p)
     return out
-
-
-def _settle_wait(fut: asyncio.Future[bool], changed: bool, *_: object) -> None:
-    if not fut.done():
-        fut.set_result(changed)
