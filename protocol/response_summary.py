@@ -43,7 +43,9 @@ def _summary(api_key: int, version: int, response: Any) -> str:
     if response is None:
         return "none"
     chunks = getattr(response, "chunks", None)
-    if chunks is not None:  # a RawResponse: only FetchResponse is sent that way
+    if chunks is not None:  # a RawResponse (Fetch, Metadata, ApiVersions)
+        if api_key == 18:
+            return "0"  # the kept ApiVersions answers all have error_code 0
         if api_key == 1 and version >= 7 and chunks and len(chunks[0]) >= 6:
             return str(_FETCH_TOP.unpack_from(chunks[0], 0)[1])
         return "raw"
