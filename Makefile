@@ -13,11 +13,11 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 
-$(STAMP): pyproject.toml setup.py storage/_recwalk.c | $(PY)
+$(STAMP): pyproject.toml setup.py storage/_recwalk.c spark_jobs/_record_columns.c | $(PY)
 	$(PIP) install -q -e .
 	touch $@
 
-$(TEST_STAMP): pyproject.toml setup.py storage/_recwalk.c | $(PY)
+$(TEST_STAMP): pyproject.toml setup.py storage/_recwalk.c spark_jobs/_record_columns.c | $(PY)
 	$(PIP) install -q -e '.[test,spark]'
 	touch $(STAMP) $@
 

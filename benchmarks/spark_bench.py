@@ -14,7 +14,9 @@ idempotent producer) to show what the transactions cost. Ceiling modes time the 
 with one side or both replaced by the no-op data source of spark_jobs/noop.py (rows generated in
 memory; batches dropped): ``noop-to-sink`` (no-op source -> exactly-once kbroker sink),
 ``source-to-noop`` (kbroker source -> no-op sink) and ``noop-to-noop`` (the Python Data Source API's
-own ceiling on this machine); ``--modes ceiling`` is short for the three. Reported per mode: steady-state rate = rows / trigger-execution time summed over every batch but
+own ceiling on this machine); ``--modes ceiling`` is short for the three. A mode name with ``+rdkafka``
+appended (``exactly-once+rdkafka``) runs that mode with the source option ``rawReader=false``, i.e.
+the source reads through librdkafka as before the raw reader (spark_jobs/raw_reader.py). Reported per mode: steady-state rate = rows / trigger-execution time summed over every batch but
 the first, and end-to-end rate = N / wall time of the query (a small warm-up query runs before both,
 so neither pays for Python worker start-up or the JVM's JIT). ``--rounds N`` alternates the modes N
 times and reports medians; every run also reports the CPU time per record of all its processes
@@ -98,6 +100,9 @@ CEILING = {
     "source-to-noop": ("kbroker", "kbroker-noop", {}),
     "noop-to-noop": ("kbroker-noop", "kbroker-noop", {}),
 }
+# "<mode>+rdkafka": the same mode with the kbroker source reading through librdkafka only (source
+# option rawReader=false), to compare with the raw reader (spark_jobs/raw_reader.py) in one run.
+RDKAFKA = "+rdkafka"
 ALL_MODES = [*MODES, *CEILING]
 WARMUP_RECORDS = 50_000
 
@@ -154,12 +159,13 @@ def tree_cpu_seconds(root: int) -> dict[str, float]:
 
 def run_query(spark: Any, bootstrap: str, src: str, dst: str, checkpoint: str, per_batch: int,
               sink_options: dict[str, str], *, source: str = "kbroker", sink: str = "kbroker",
-              noop_rows: int = 0, size: int = 100) -> dict[str, Any]:
+              noop_rows: int = 0, size: int = 100, raw_reader: bool = True) -> dict[str, Any]:
     from spark_jobs.uppercase import transform
 
     df = (spark.readStream.format(source).option("kafka.bootstrap.servers", bootstrap)
           .option("subscribe", src).option("startingOffsets", "earliest")
           .option("rows", str(noop_rows)).option("size", str(size))
+          .option("rawReader", "true" if raw_reader else "false")
           .option("maxOffsetsPerTrigger", str(per_batch)).load())
     started = time.monotonic()
     cpu0 = tree_cpu_seconds(os.getpid())
@@ -190,7 +196,9 @@ def run_query(spark: Any, bootstrap: str, src: str, dst: str, checkpoint: str, p
 def run_mode(spark: Any, bootstrap: str, src: str, tmp: str, name: str, args: argparse.Namespace,
              rnd: int) -> dict[str, Any]:
     """One query of mode ``name`` over the input topic ``src``, its output checked."""
-    dst = f"{src}-out-{name}-{rnd}"
+    dst = f"{src}-out-{name.replace('+', '-')}-{rnd}"
+    raw = not name.endswith(RDKAFKA)
+    name = name.removesuffix(RDKAFKA)
     if name == "2pc":  # the gate needs the output's partitions; a 2pc warm-up too
         for topic in (dst, f"{src}-warmup-out-2pc-{rnd}"):
             create_topic(bootstrap, topic)
@@ -199,10 +207,11 @@ def run_mode(spark: Any, bootstrap: str, src: str, tmp: str, name: str, args: ar
     if name in CEILING:
         source, sink, options = CEILING[name]
         res = run_query(spark, bootstrap, src, dst, str(Path(tmp) / f"ck-{dst}"), args.max_per_batch,
-                        options, source=source, sink=sink, noop_rows=args.records, size=args.size)
+                        options, source=source, sink=sink, noop_rows=args.records, size=args.size, raw_reader=raw)
     else:
         sink = "kbroker"
-        res = run_query(spark, bootstrap, src, dst, str(Path(tmp) / f"ck-{dst}"), args.max_per_batch, MODES[name])
+        res = run_query(spark, bootstrap, src, dst, str(Path(tmp) / f"ck-{dst}"), args.max_per_batch, MODES[name],
+                        raw_reader=raw)
     if res["rows"] != args.records:
         raise SystemExit(f"{name}: the query read {res['rows']} rows, expected {args.records}")
     n_out = count_committed(bootstrap, dst) if sink == "kbroker" else args.records
@@ -232,11 +241,12 @@ def main() -> None:
                     help="run the modes this many times, alternating, and report each mode's medians "
                          "(the machine's load drifts between modes; medians of alternating rounds compare better)")
     ap.add_argument("--modes", default="exactly-once,2pc,at-least-once",
-                    help=f"comma-separated modes to measure, of {', '.join(ALL_MODES)}, ceiling (= the 3 ceiling modes)")
+                    help=f"comma-separated modes to measure, of {', '.join(ALL_MODES)}, ceiling (= the 3 ceiling "
+                         f"modes); a mode with {RDKAFKA} appended reads through librdkafka only (rawReader=false)")
     args = ap.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     modes = [x for m in modes for x in (CEILING if m == "ceiling" else [m])]
-    if unknown := [m for m in modes if m not in ALL_MODES]:
+    if unknown := [m for m in modes if m.removesuffix(RDKAFKA) not in ALL_MODES]:
         ap.error(f"unknown modes {unknown}")
 
     with tempfile.TemporaryDirectory(prefix="spark-bench-") as tmp:

@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic, OffsetSpec
 
+from . import raw_reader
 from .offsets import OffsetMap, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -197,8 +198,13 @@ def range_consumer_config(conf: Mapping[str, str], *, range_records: int | None 
 
 def read_range(conf: Mapping[str, str], topic: str, partition: int, start: int, end: int, *,
                include_headers: bool = False, fail_on_data_loss: bool = True, batch_rows: int = 8192,
-               timeout_s: float = 120.0) -> Iterator[pa.RecordBatch]:
+               timeout_s: float = 120.0, raw: str | None = None) -> Iterator[pa.RecordBatch]:
     """Records of ``topic``/``partition`` with start <= offset < end as Arrow batches.
+
+    First through the raw reader (spark_jobs.raw_reader: Fetch on a plain socket, records decoded
+    into Arrow buffers by compiled code) where it is usable (``raw``: the source option rawReader;
+    "false" turns it off); it stops at anything but a plain answer, and librdkafka reads whatever
+    is left of the range, as below.
 
     Under read_committed the broker hides aborted records and control batches, so the offsets
     returned have gaps and the last offsets of a range may never be delivered: the range is done
@@ -214,6 +220,16 @@ def read_range(conf: Mapping[str, str], topic: str, partition: int, start: int, 
     if end <= start:
         return
     schema = ARROW_SCHEMA_WITH_HEADERS if include_headers else ARROW_SCHEMA
+    if raw_reader.usable(conf, include_headers, raw):
+        reader = raw_reader.RawRangeReader(conf, topic, partition, start, end, schema, batch_rows)
+        try:
+            yield from reader.batches()
+        except (raw_reader.Fallback, OSError) as e:
+            log.info("raw read of %s-%d stopped at offset %d (%s); librdkafka reads the rest of [%d, %d)",
+                     topic, partition, reader.next_offset, e, start, end)
+        start = reader.next_offset
+        if start >= end:
+            return
     consumer = range_consumer(conf, range_records=end - start)
     try:
         consumer.assign([CkTopicPartition(topic, partition, start)])

@@ -77,6 +77,7 @@ class _ReaderBase:
             raise ValueError("exactly one of the options subscribe, subscribePattern, assign is required")
         self.include_headers = _bool(self.opt("includeHeaders"), False)
         self.fail_on_data_loss = _bool(self.opt("failOnDataLoss"), True)
+        self.raw_reader = self.opt("rawReader")  # "false": read through librdkafka only (spark_jobs.raw_reader)
         self._admin = None
 
     def opt(self, name: str) -> str | None:
@@ -119,7 +120,7 @@ class _ReaderBase:
             start = self.earliest([(part.topic, part.partition)])[(part.topic, part.partition)]
         yield from kafka_io.read_range(self.conf, part.topic, part.partition, start, part.end,
                                        include_headers=self.include_headers,
-                                       fail_on_data_loss=self.fail_on_data_loss)
+                                       fail_on_data_loss=self.fail_on_data_loss, raw=self.raw_reader)
 
     @staticmethod
     def ranges(start: OffsetMap, end: OffsetMap) -> list[RangePartition]:

@@ -1,0 +1,293 @@
+/* Optional compiled decoder of v2 records into Arrow column buffers, for the Spark source's raw
+ * reader (spark_jobs/raw_reader.py, issue 32: no Python object per record).
+ *
+ * Columns() accumulates records; add(buf, pos, end, count, base_offset, base_timestamp,
+ * log_append_time, lo, hi) decodes the `count` records of one batch's (decompressed) records
+ * section buf[pos:end] and appends those whose offset o has lo <= o < hi: offset, timestamp in
+ * microseconds (base_timestamp + the record's delta, or log_append_time for every record when it is
+ * >= 0), timestamp type (0 CreateTime, 1 LogAppendTime), key and value. Keys and values go into
+ * Arrow binary layouts: int32 offsets, one data buffer, a validity bitmap (bit set = not null).
+ * Record headers are skipped. add() returns how many records it appended and raises ValueError on
+ * a malformed record (nothing of that batch is kept then). finish() returns
+ * (n, offsets, timestamps_us, ts_types, key_validity or None, key_offsets, key_data,
+ *  value_validity or None, value_offsets, value_data) as bytes objects and starts over.
+ *
+ * Building it is optional (setup.py: Extension(optional=True)); without it the source reads through
+ * librdkafka, as it does on executors that only received the shipped zip.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    char *p;
+    Py_ssize_t len, cap;
+} Buf;
+
+static int buf_reserve(Buf *b, Py_ssize_t extra)
+{
+    if (b->len + extra <= b->cap)
+        return 1;
+    Py_ssize_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + extra) {
+        if (cap > PY_SSIZE_T_MAX / 2) {
+            PyErr_NoMemory();
+            return 0;
+        }
+        cap *= 2;
+    }
+    char *p = PyMem_Realloc(b->p, (size_t)cap);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 1;
+}
+
+static inline int buf_put(Buf *b, const void *src, Py_ssize_t n)
+{
+    if (!buf_reserve(b, n))
+        return 0;
+    memcpy(b->p + b->len, src, (size_t)n);
+    b->len += n;
+    return 1;
+}
+
+/* A binary column: int32 offsets (n + 1 of them), data, validity bits. */
+typedef struct {
+    Buf offsets, data, valid;
+    int any_null;
+} BinCol;
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t n;
+    Buf offsets, stamps, types;
+    BinCol key, value;
+} Columns;
+
+static void bin_free(BinCol *c)
+{
+    PyMem_Free(c->offsets.p);
+    PyMem_Free(c->data.p);
+    PyMem_Free(c->valid.p);
+    memset(c, 0, sizeof(*c));
+}
+
+static void columns_reset(Columns *self)
+{
+    PyMem_Free(self->offsets.p);
+    PyMem_Free(self->stamps.p);
+    PyMem_Free(self->types.p);
+    memset(&self->offsets, 0, sizeof(Buf));
+    memset(&self->stamps, 0, sizeof(Buf));
+    memset(&self->types, 0, sizeof(Buf));
+    bin_free(&self->key);
+    bin_free(&self->value);
+    self->n = 0;
+}
+
+static void Columns_dealloc(Columns *self)
+{
+    columns_reset(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Zigzag varint of at most `max_bytes` bytes at *pos, not reaching `bound`. 0 if malformed. */
+static inline int read_varint(const uint8_t *d, Py_ssize_t *pos, Py_ssize_t bound, int max_bytes, int64_t *out)
+{
+    uint64_t raw = 0;
+    Py_ssize_t p = *pos;
+    int shift = 0;
+    for (int k = 0; k < max_bytes; k++, p++, shift += 7) {
+        if (p >= bound)
+            return 0;
+        uint8_t b = d[p];
+        if (shift < 64)
+            raw |= (uint64_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) {
+            *pos = p + 1;
+            *out = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Append one key or value (len -1: null) of record number `row` (0-based over the whole builder). */
+static int bin_append(BinCol *c, Py_ssize_t row, const uint8_t *src, int64_t len)
+{
+    if (row % 8 == 0) {
+        uint8_t zero = 0;
+        if (!buf_put(&c->valid, &zero, 1))
+            return 0;
+    }
+    if (len >= 0) {
+        c->valid.p[row / 8] |= (char)(1u << (row % 8));
+        if (!buf_put(&c->data, src, (Py_ssize_t)len))
+            return 0;
+    } else {
+        c->any_null = 1;
+    }
+    if (c->data.len > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "more than 2 GiB of keys or values in one Arrow batch");
+        return 0;
+    }
+    int32_t end = (int32_t)c->data.len;
+    return buf_put(&c->offsets, &end, 4);
+}
+
+/* Undo the rows appended since `n0` (a malformed record later in the same batch). */
+static void truncate_rows(Columns *self, Py_ssize_t n0, Py_ssize_t key_len, Py_ssize_t value_len)
+{
+    self->n = n0;
+    self->offsets.len = n0 * 8;
+    self->stamps.len = n0 * 8;
+    self->types.len = n0 * 4;
+    BinCol *cols[2] = {&self->key, &self->value};
+    Py_ssize_t lens[2] = {key_len, value_len};
+    for (int i = 0; i < 2; i++) {
+        BinCol *c = cols[i];
+        c->offsets.len = (n0 + 1) * 4;
+        c->data.len = lens[i];
+        c->valid.len = (n0 + 7) / 8;
+        if (n0 % 8 && c->valid.len)  /* clear the bits of the dropped rows in the last byte */
+            c->valid.p[c->valid.len - 1] &= (char)((1u << (n0 % 8)) - 1);
+    }
+}
+
+static PyObject *Columns_add(Columns *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t pos, end;
+    long long count, base_offset, base_ts, lat, lo, hi;
+    if (!PyArg_ParseTuple(args, "y*nnLLLLLL", &view, &pos, &end, &count, &base_offset, &base_ts, &lat, &lo, &hi))
+        return NULL;
+    const uint8_t *d = (const uint8_t *)view.buf;
+    PyObject *result = NULL;
+    if (pos < 0 || end > view.len || pos > end) {
+        PyErr_SetString(PyExc_ValueError, "records section outside the buffer");
+        goto done;
+    }
+    if (self->key.offsets.len == 0) {  /* first row ever: the leading 0 offsets */
+        int32_t zero = 0;
+        if (!buf_put(&self->key.offsets, &zero, 4) || !buf_put(&self->value.offsets, &zero, 4))
+            goto done;
+    }
+    Py_ssize_t n0 = self->n, key0 = self->key.data.len, value0 = self->value.data.len;
+    int32_t ts_type = lat >= 0 ? 1 : 0;
+    long long added = 0;
+    for (long long i = 0; i < count; i++) {
+        int64_t len, ts_delta, off_delta, klen, vlen;
+        if (!read_varint(d, &pos, end, 5, &len) || len < 0 || len > (int64_t)(end - pos))
+            goto malformed;
+        Py_ssize_t stop = pos + (Py_ssize_t)len;
+        if (pos >= stop)
+            goto malformed;
+        pos += 1;  /* attributes */
+        if (!read_varint(d, &pos, stop, 10, &ts_delta) || !read_varint(d, &pos, stop, 5, &off_delta))
+            goto malformed;
+        if (!read_varint(d, &pos, stop, 5, &klen) || klen < -1 || klen > (int64_t)(stop - pos))
+            goto malformed;
+        const uint8_t *key = d + pos;
+        if (klen > 0)
+            pos += (Py_ssize_t)klen;
+        if (!read_varint(d, &pos, stop, 5, &vlen) || vlen < -1 || vlen > (int64_t)(stop - pos))
+            goto malformed;
+        const uint8_t *value = d + pos;
+        long long offset = base_offset + off_delta;
+        pos = stop;  /* headers skipped: the record's length says where it ends */
+        if (offset < lo || offset >= hi)
+            continue;
+        int64_t stamp_us = (lat >= 0 ? lat : base_ts + ts_delta) * 1000;
+        Py_ssize_t row = self->n;
+        if (!buf_put(&self->offsets, &offset, 8) || !buf_put(&self->stamps, &stamp_us, 8)
+            || !buf_put(&self->types, &ts_type, 4) || !bin_append(&self->key, row, key, klen)
+            || !bin_append(&self->value, row, value, vlen)) {
+            truncate_rows(self, n0, key0, value0);
+            goto done;
+        }
+        self->n++;
+        added++;
+    }
+    result = PyLong_FromLongLong(added);
+    goto done;
+malformed:
+    truncate_rows(self, n0, key0, value0);
+    PyErr_SetString(PyExc_ValueError, "malformed record in a fetched batch");
+done:
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyObject *take(Buf *b)
+{
+    PyObject *o = PyBytes_FromStringAndSize(b->p ? b->p : "", b->len);
+    return o;
+}
+
+static PyObject *Columns_finish(Columns *self, PyObject *Py_UNUSED(ignored))
+{
+    if (self->key.offsets.len == 0) {
+        int32_t zero = 0;
+        if (!buf_put(&self->key.offsets, &zero, 4) || !buf_put(&self->value.offsets, &zero, 4))
+            return NULL;
+    }
+    PyObject *kv = self->key.any_null ? take(&self->key.valid) : Py_NewRef(Py_None);
+    PyObject *vv = self->value.any_null ? take(&self->value.valid) : Py_NewRef(Py_None);
+    PyObject *out = Py_BuildValue("(nNNNNNNNNN)", self->n, take(&self->offsets), take(&self->stamps),
+                                  take(&self->types), kv, take(&self->key.offsets), take(&self->key.data), vv,
+                                  take(&self->value.offsets), take(&self->value.data));
+    columns_reset(self);
+    return out;
+}
+
+static PyObject *Columns_len(Columns *self, PyObject *Py_UNUSED(ignored))
+{
+    return PyLong_FromSsize_t(self->n);
+}
+
+static PyMethodDef columns_methods[] = {
+    {"add", (PyCFunction)Columns_add, METH_VARARGS,
+     "add(buf, pos, end, count, base_offset, base_timestamp, log_append_time, lo, hi) -> records appended"},
+    {"finish", (PyCFunction)Columns_finish, METH_NOARGS,
+     "finish() -> (n, offsets, timestamps_us, ts_types, key_validity, key_offsets, key_data, "
+     "value_validity, value_offsets, value_data); the builder starts over"},
+    {"rows", (PyCFunction)Columns_len, METH_NOARGS, "rows() -> records held"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ColumnsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "spark_jobs._record_columns.Columns",
+    .tp_doc = "Columns(): v2 records decoded into Arrow column buffers.",
+    .tp_basicsize = sizeof(Columns),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)Columns_dealloc,
+    .tp_methods = columns_methods,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "spark_jobs._record_columns",
+    .m_doc = "Compiled decoder of v2 records into Arrow column buffers (see spark_jobs.raw_reader).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC PyInit__record_columns(void)
+{
+    if (PyType_Ready(&ColumnsType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Columns", (PyObject *)&ColumnsType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
