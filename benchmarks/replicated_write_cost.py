@@ -1,0 +1,155 @@
+"""What one replicated write costs each process: sequential acks=all produces of one small record.
+
+    .venv/bin/python benchmarks/replicated_write_cost.py [--rounds 3] [--seconds 6] [--size 100]
+
+A transaction on a 3-broker cluster is a chain of replicated writes (the coordinator's state
+records, the produces, the markers), each waited for by the next step, so the CPU and latency of one
+replicated write decide the cluster's commit rate (issue 31). This measures it alone: one
+confluent-kafka producer (acks=all, linger.ms=0) sends one ``--size`` B record at a time, waiting for
+each, for ``--seconds``; reported are the round trip and each process's user+system CPU per write:
+
+- ``kbroker RF=3``: 3 kbroker processes and etcd, a partition led by broker 1 with replicas 1, 2, 3
+  (min.insync.replicas=2): broker 1's CPU is the leader's, brokers 2 and 3 each a follower's;
+- ``kbroker RF=1``: the same cluster, a partition whose only replica is broker 1: the leader's cost
+  of the same write unreplicated;
+- ``null RF=3``: benchmarks/null_replicating_broker.py's three processes (each leader pushes the
+  request to its two followers, which receive it into a buffer and answer; nothing is stored): the
+  least a 3-process replicated write can cost on this machine.
+
+Rounds alternate between the kbroker cluster and the null one, each started afresh. Prints every
+round and writes ``benchmarks/results/replicated_write_cost.md``. Every loop is bounded in time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(HERE), str(ROOT)]
+
+import null_replicating_broker as nrb  # noqa: E402
+from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from profile_cluster import _wait_isr  # noqa: E402
+
+from tests.helpers.cluster_proc import cluster_broker  # noqa: E402
+from tests.helpers.etcd_proc import EtcdProcess  # noqa: E402
+
+REPORT = HERE / "results" / "replicated_write_cost.md"
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class _Quiet:
+    def log(self, *_a: object) -> None:
+        pass
+
+
+def sequential(bootstrap: str, topic: str, pids: list[int], seconds: float, size: int) -> dict[str, object]:
+    """One-at-a-time acks=all produces to partition 0 of ``topic``: µs per write, CPU µs per write per pid."""
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0, "enable.idempotence": False,
+                  "logger": _Quiet()})
+    value = os.urandom(size)
+    for _ in range(200):  # warm-up: connections, metadata, the partition's first segment
+        p.produce(topic, value, partition=0)
+        if p.flush(30):
+            raise RuntimeError("warm-up write not acknowledged")
+    before = [_cpu_s(x) for x in pids]
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        p.produce(topic, value, partition=0)
+        if p.flush(30):
+            raise RuntimeError("write not acknowledged in 30 s")
+        n += 1
+    wall = time.perf_counter() - t0
+    cpu = [(_cpu_s(x) - b) * 1e6 / n for x, b in zip(pids, before, strict=True)]
+    return {"writes": n, "us_per_write": wall * 1e6 / n, "cpu_us": cpu}
+
+
+def kbroker_round(seconds: float, size: int) -> dict[str, dict[str, object]]:
+    root = Path(tempfile.mkdtemp(prefix="kbroker-rwc-"))
+    etcd = EtcdProcess(root / "etcd")
+    etcd.start()
+    brokers = [cluster_broker(etcd, root, i) for i in (1, 2, 3)]
+    try:
+        for b in brokers:
+            b.start(timeout=60)
+        bootstrap = ",".join(b.bootstrap for b in brokers)
+        admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _Quiet()})
+        futs = admin.create_topics([
+            NewTopic("rwc-rf3", 1, -1, replica_assignment=[[1, 2, 3]], config={"min.insync.replicas": "2"}),
+            NewTopic("rwc-rf1", 1, -1, replica_assignment=[[1]])])
+        for f in futs.values():
+            f.result(120)
+        _wait_isr(bootstrap, "rwc-rf3")
+        pids = [b.proc.pid for b in brokers]
+        return {"kbroker RF=3": sequential(bootstrap, "rwc-rf3", pids, seconds, size),
+                "kbroker RF=1": sequential(bootstrap, "rwc-rf1", pids, seconds, size)}
+    finally:
+        for b in brokers:
+            try:
+                b.stop()
+            except Exception:  # noqa: BLE001 - a broker that will not stop is killed below
+                pass
+            b.kill()
+        etcd.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def null_round(seconds: float, size: int) -> dict[str, dict[str, object]]:
+    nodes = nrb.start_cluster(3, 3, value_size=size, partitions=4)
+    try:
+        bootstrap = ",".join(n.bootstrap for n in nodes)
+        # Partition p is led by node p % 3: partition 0 by node 0, whose followers are nodes 1 and 2.
+        return {"null RF=3": sequential(bootstrap, "rwc", [n.proc.pid for n in nodes], seconds, size)}
+    finally:
+        for n in nodes:
+            n.stop()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=6.0)
+    ap.add_argument("--size", type=int, default=100)
+    args = ap.parse_args()
+    runs: dict[str, list[dict[str, object]]] = {}
+    for r in range(args.rounds):
+        order = (kbroker_round, null_round) if r % 2 == 0 else (null_round, kbroker_round)
+        for fn in order:
+            for name, fig in fn(args.seconds, args.size).items():
+                runs.setdefault(name, []).append(fig)
+                cpu = ", ".join(f"{c:.0f}" for c in fig["cpu_us"])  # type: ignore[union-attr]
+                print(f"round {r + 1} {name}: {fig['writes']} writes, {fig['us_per_write']:.0f} µs each; "
+                      f"CPU µs per write (leader, follower, follower / broker 1, 2, 3): {cpu}", flush=True)
+    lines = ["# One replicated write: round trip and CPU per process", "",
+             f"`benchmarks/replicated_write_cost.py`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+             f"{args.rounds} round(s) of {args.seconds:g} s, one {args.size} B record per acks=all produce, "
+             f"medians; load average at the end: {os.getloadavg()[0]:.1f}.", "",
+             "| setup | µs per write | CPU µs per write: process 1 (leader) | process 2 | process 3 | per round (µs per write; leader CPU) |",
+             "| --- | ---: | ---: | ---: | ---: | --- |"]
+    for name, figs in runs.items():
+        cpu = [statistics.median(f["cpu_us"][i] for f in figs) for i in range(3)]  # type: ignore[index]
+        per = "; ".join(f"{f['us_per_write']:.0f}, {f['cpu_us'][0]:.0f}" for f in figs)  # type: ignore[index]
+        lines.append(f"| {name} | {statistics.median(f['us_per_write'] for f in figs):,.0f} | "  # type: ignore[misc]
+                     f"{cpu[0]:,.0f} | {cpu[1]:,.0f} | {cpu[2]:,.0f} | {per} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    REPORT.parent.mkdir(parents=True, exist_ok=True)
+    REPORT.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
