@@ -13,8 +13,11 @@ session; batches wholly below the fetch position are skipped; under read_committ
 producer id first adds to the aborted set every aborted transaction of the answer starting at or
 before its last offset, an ABORT marker takes its producer out of the set, and a transactional
 batch of a producer in the set is dropped; control batches are skipped; compressed batches are
-decoded with the broker's own decoders (storage.record_validation.decompress). CRCs are not checked
-(librdkafka's ``check.crcs`` is off by default too; a query that sets it reads through librdkafka).
+decoded whole with the codec libraries the broker uses (gzip, snappy raw or xerial-framed, lz4
+frames, zstd). CRCs are not checked (librdkafka's ``check.crcs`` is off by default too; a query that
+sets it reads through librdkafka); a batch of an older format (magic < 2) hands over to librdkafka.
+Batch headers are parsed here, not with storage.batch: design.md keeps ``spark_jobs`` (shipped to
+executors) off the broker's ``storage`` package.
 
 Anything but a plain answer ends the raw read with :class:`Fallback`: an error code (leader moved,
 offset out of range, ...), a broker that cannot be reached or answers what cannot be decoded, or an
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import zlib
 from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
@@ -43,7 +47,15 @@ READ_COMMITTED = 1
 FETCH_MAX_BYTES = 64 * 1024 * 1024  # as range_consumer_config's fetch.max.bytes
 PARTITION_MAX_BYTES = 4 * 1024 * 1024  # and max.partition.fetch.bytes
 FETCH_MAX_WAIT_MS = 100  # and fetch.wait.max.ms
-DECOMPRESSED_CAP = 256 * 1024 * 1024  # one batch's records section, decompressed
+# A v2 record batch's fixed header (Kafka's DefaultRecordBatch): base offset, batch length, partition
+# leader epoch, magic, CRC, attributes, last offset delta, base and max timestamps, producer id and
+# epoch, base sequence, record count.
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = _HEADER.size  # 61
+LOG_OVERHEAD = 12  # base offset + batch length: not counted in the batch length
+_COMPRESSION, _TIMESTAMP_TYPE, _TRANSACTIONAL, _CONTROL = 0x07, 0x08, 0x10, 0x20
+CONTROL_TYPE_ABORT = 0
+_XERIAL = b"\x82SNAPPY\x00"
 SOCKET_TIMEOUT_S = 30.0
 CLIENT_ID = "kbroker-spark-raw-reader"
 
@@ -150,11 +162,73 @@ def _varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def _is_abort_marker(records: memoryview, header) -> bool:  # noqa: ANN001 - storage.batch.BatchHeader
-    """Whether a control batch is an ABORT marker (its one record's key: version, type)."""
-    from storage import batch as B
+class _Batch:
+    """What the reader needs of one batch's header, and where the batch sits in the answer."""
 
-    pos = header.position + B.HEADER_SIZE
+    __slots__ = ("position", "size", "base_offset", "next_offset", "last_offset", "attributes", "base_timestamp",
+                 "max_timestamp", "producer_id", "records_count")
+
+    def __init__(self, position: int, fields: tuple) -> None:
+        (self.base_offset, length, _epoch, _magic, _crc, self.attributes, last_delta, self.base_timestamp,
+         self.max_timestamp, self.producer_id, _pepoch, _seq, self.records_count) = fields
+        self.position, self.size = position, length + LOG_OVERHEAD
+        self.last_offset = self.base_offset + last_delta
+        self.next_offset = self.last_offset + 1
+
+
+def _batches(records: memoryview) -> Iterator[_Batch]:
+    """The whole v2 batches of a fetch answer's records, in order (a trailing partial one is left out,
+    as consumers do: the next fetch starts there)."""
+    pos, n = 0, len(records)
+    while n - pos >= HEADER_SIZE:
+        fields = _HEADER.unpack_from(records, pos)
+        if fields[3] != 2:
+            raise Fallback(f"a batch of message format {fields[3]} at offset {fields[0]}")
+        if fields[1] < HEADER_SIZE - LOG_OVERHEAD or pos + fields[1] + LOG_OVERHEAD > n:
+            return
+        b = _Batch(pos, fields)
+        yield b
+        pos += b.size
+
+
+def _decompress(codec: int, payload: memoryview) -> bytes:
+    """A compressed batch's records section, decoded whole."""
+    try:
+        if codec == 1:
+            return zlib.decompress(payload, 16 + zlib.MAX_WBITS)
+        if codec == 2:
+            import cramjam
+
+            data = bytes(payload)
+            if not data.startswith(_XERIAL):
+                return bytes(cramjam.snappy.decompress_raw(data))
+            out, pos = [], 16  # magic, version, compatible version; then (length, block) pairs
+            while pos < len(data):
+                size = int.from_bytes(data[pos:pos + 4], "big")
+                out.append(bytes(cramjam.snappy.decompress_raw(data[pos + 4:pos + 4 + size])))
+                pos += 4 + size
+            return b"".join(out)
+        if codec == 3:
+            import lz4.frame
+
+            return lz4.frame.decompress(payload)
+        if codec == 4:
+            import zstandard
+
+            out, rest = [], bytes(payload)
+            while rest:  # one frame per decompressobj; a payload may hold several
+                d = zstandard.ZstdDecompressor().decompressobj()
+                out.append(d.decompress(rest))
+                rest = d.unused_data
+            return b"".join(out)
+    except Exception as e:  # noqa: BLE001 - each library has its own errors; librdkafka decides
+        raise Fallback(f"undecodable codec {codec} payload: {type(e).__name__}: {e}") from None
+    raise Fallback(f"unknown compression codec {codec}")
+
+
+def _is_abort_marker(records: memoryview, batch: _Batch) -> bool:
+    """Whether a control batch is an ABORT marker (its one record's key: version, type)."""
+    pos = batch.position + HEADER_SIZE
     _, pos = _varint(records, pos)  # record length
     pos += 1  # attributes
     _, pos = _varint(records, pos)  # timestamp delta
@@ -162,7 +236,7 @@ def _is_abort_marker(records: memoryview, header) -> bool:  # noqa: ANN001 - sto
     klen, pos = _varint(records, pos)
     if klen < 4:
         return False
-    return struct.unpack_from(">h", records, pos + 2)[0] == B.CONTROL_TYPE_ABORT
+    return struct.unpack_from(">h", records, pos + 2)[0] == CONTROL_TYPE_ABORT
 
 
 class RawRangeReader:
@@ -246,39 +320,35 @@ class RawRangeReader:
 
     def _decode(self, records: memoryview, aborted: list[tuple[int, int]], aborted_producers: set[int],
                 cols) -> Iterator[pa.RecordBatch]:  # noqa: ANN001 - spark_jobs._record_columns.Columns
-        from storage import batch as B
-        from storage.record_validation import decompress
-
         aborted = sorted(aborted, key=_first_offset)  # the answer's (producer id, first offset) pairs
         pending = 0  # index into aborted of the next one not yet taken in
         pos = self.next_offset  # read up to here; next_offset moves only past rows handed out
-        for h in B.iter_headers(records, check=False):
+        for h in _batches(records):
             if h.last_offset < pos:
                 continue
             if pos >= self.end:
                 break
-            if h.has_producer_id and self.isolation == READ_COMMITTED:
+            control = h.attributes & _CONTROL
+            if h.producer_id >= 0 and self.isolation == READ_COMMITTED:
                 while pending < len(aborted) and aborted[pending][1] <= h.last_offset:
                     aborted_producers.add(aborted[pending][0])
                     pending += 1
-                if h.is_control:
+                if control:
                     if _is_abort_marker(records, h):
                         aborted_producers.discard(h.producer_id)
-                elif h.is_transactional and h.producer_id in aborted_producers:
+                elif h.attributes & _TRANSACTIONAL and h.producer_id in aborted_producers:
                     pos = h.next_offset  # an aborted transaction's records: dropped
                     if not cols.rows():
                         self.next_offset = pos
                     continue
-            if not h.is_control and h.records_count:
-                start, stop = h.position + B.HEADER_SIZE, h.position + h.size
+            if not control and h.records_count:
+                start, stop = h.position + HEADER_SIZE, h.position + h.size
                 data: bytes | memoryview = records
-                if h.compression:
-                    try:
-                        data = decompress(h.compression, records[start:stop], DECOMPRESSED_CAP)
-                    except B.InvalidBatchError as e:
-                        raise Fallback(f"batch at offset {h.base_offset}: {e}") from None
+                codec = h.attributes & _COMPRESSION
+                if codec:
+                    data = _decompress(codec, records[start:stop])
                     start, stop = 0, len(data)
-                lat = h.max_timestamp if h.timestamp_type == 1 else -1
+                lat = h.max_timestamp if h.attributes & _TIMESTAMP_TYPE else -1
                 try:
                     cols.add(data, start, stop, h.records_count, h.base_offset, h.base_timestamp, lat, pos, self.end)
                 except ValueError as e:

@@ -152,3 +152,33 @@ def test_usable():
     assert not raw_reader.usable({"security.protocol": "SASL_PLAINTEXT"}, False)
     assert raw_reader.usable({"security.protocol": "PLAINTEXT"}, False, "true")
     assert not raw_reader.usable({}, False, "false")
+
+
+def test_decompress_every_framing():
+    import gzip
+
+    import cramjam
+    import lz4.frame
+    import zstandard
+
+    a, b = b"first frame " * 50, b"second frame " * 70
+    z = zstandard.ZstdCompressor()
+    cases = {
+        1: gzip.compress(a + b),
+        2: bytes(cramjam.snappy.compress_raw(a + b)),  # raw snappy (librdkafka)
+        3: lz4.frame.compress(a + b),
+        4: z.compress(a) + z.compress(b),  # two zstd frames
+    }
+    for codec, payload in cases.items():
+        assert raw_reader._decompress(codec, memoryview(payload)) == a + b, codec
+    with pytest.raises(raw_reader.Fallback):
+        raw_reader._decompress(3, memoryview(b"not lz4"))
+    with pytest.raises(raw_reader.Fallback):
+        raw_reader._decompress(5, memoryview(b""))
+
+
+def test_an_older_message_format_hands_over():
+    data = bytearray(B.build_batch([(None, b"v")]))
+    data[16] = 1  # magic
+    with pytest.raises(raw_reader.Fallback, match="message format 1"):
+        list(_reader()._decode(memoryview(bytes(data)), [], set(), raw_reader.Columns()))
