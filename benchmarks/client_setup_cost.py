@@ -22,27 +22,23 @@ of the per-round ratios NEW / OLD. Prints every figure and writes
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import socket
 import statistics
 import struct
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from lib_meter import process_cpu
+from lib_paired import alternate, commit_of, paired, print_result, run_child
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 REPORT = HERE / "results" / "client_setup_cost.md"
 TOPIC = "setup-cost"
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _api_versions_frame() -> bytes:
@@ -123,11 +119,11 @@ def one(tree: Path, lives: int) -> dict[str, float]:
                                 ("consumer life", lives, lambda i: _consumer_life(bs)),
                                 ("transactional producer life", lives // 2, lambda i: _producer_life(bs, i))):
             fn(-1)  # warm-up: first-use work (the group and transaction coordinators' topics)
-            before = _cpu_s(pid)
+            before = process_cpu(pid)
             for i in range(count):
                 fn(i)
             time.sleep(0.5)  # closes finish on the broker
-            out[name] = (_cpu_s(pid) - before) * 1e6 / count
+            out[name] = (process_cpu(pid) - before) * 1e6 / count
         return out
     finally:
         try:
@@ -138,20 +134,6 @@ def one(tree: Path, lives: int) -> dict[str, float]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def run_one(tree: Path, lives: int) -> dict[str, float]:
-    out = subprocess.run([sys.executable, __file__, "--one", str(tree), "--lives", str(lives)],
-                         capture_output=True, text=True, timeout=1800)
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
-    if out.returncode != 0 or not lines:
-        raise SystemExit(f"{tree}: run failed\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
-    return json.loads(lines[-1][7:])
-
-
-def _commit(tree: Path) -> str:
-    r = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return r.stdout.strip() or "?"
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("trees", nargs="*", type=Path, help="OLD_TREE NEW_TREE (default: this tree alone)")
@@ -160,38 +142,36 @@ def main() -> int:
     ap.add_argument("--one", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one is not None:
-        print("RESULT " + json.dumps(one(args.one.resolve(), args.lives)), flush=True)
+        print_result(one(args.one.resolve(), args.lives))
         return 0
     if len(args.trees) not in (0, 2):
         ap.error("give no tree, or OLD_TREE NEW_TREE")
     trees = [t.resolve() for t in args.trees] or [ROOT]
-    res: dict[Path, list[dict[str, float]]] = {t: [] for t in trees}
-    for r in range(args.rounds):
-        for tree in trees if r % 2 == 0 else trees[::-1]:
-            fig = run_one(tree, args.lives)
-            res[tree].append(fig)
-            label = "" if len(trees) == 1 else (" old" if tree == trees[0] else " new")
-            print(f"round {r + 1}{label}: " + ", ".join(f"{k} {v:.0f} µs" for k, v in fig.items()), flush=True)
+
+    def show(r: int, label: str, fig: dict[str, float]) -> None:
+        print(f"round {r}{' ' + label if label else ''}: " + ", ".join(f"{k} {v:.0f} µs" for k, v in fig.items()),
+              flush=True)
+
+    res = alternate(trees, args.rounds, lambda tree: run_child(__file__, tree, ["--lives", str(args.lives)], 1800),
+                    show)
     kinds = list(res[trees[0]][0])
     lines = ["# Client set-up: broker CPU per connection and per short-lived client", "",
              f"`benchmarks/client_setup_cost.py`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-             f"{args.rounds} round(s), {args.lives} lives per kind, medians; load average before: "
+             f"{args.rounds} round(s), {args.lives} lives per kind, medians; load average at the end: "
              f"{os.getloadavg()[0]:.1f}.", ""]
     if len(trees) == 1:
         lines += ["| what | broker CPU, µs each | per round |", "| --- | ---: | --- |"]
         for k in kinds:
             vals = [f[k] for f in res[trees[0]]]
             lines.append(f"| {k} | {statistics.median(vals):,.0f} | {', '.join(f'{v:,.0f}' for v in vals)} |")
-        lines.insert(3, f"Tree: {_commit(trees[0])}.")
+        lines.insert(3, f"Tree: {commit_of(trees[0])}.")
     else:
         old, new = trees
-        lines.insert(3, f"Old tree {_commit(old)}, new tree {_commit(new)}, rounds alternating.")
+        lines.insert(3, f"Old tree {commit_of(old)}, new tree {commit_of(new)}, rounds alternating.")
         lines += ["| what | old, µs each | new, µs each | paired new / old |", "| --- | ---: | ---: | ---: |"]
         for k in kinds:
-            a = statistics.median(f[k] for f in res[old])
-            b = statistics.median(f[k] for f in res[new])
-            paired = statistics.median(y[k] / x[k] for x, y in zip(res[old], res[new], strict=True))
-            lines.append(f"| {k} | {a:,.0f} | {b:,.0f} | {paired:.2f} |")
+            a, b, ratio = paired(res[old], res[new], k)
+            lines.append(f"| {k} | {a:,.0f} | {b:,.0f} | {ratio:.2f} |")
     text = "\n".join(lines) + "\n"
     print(text)
     REPORT.parent.mkdir(parents=True, exist_ok=True)

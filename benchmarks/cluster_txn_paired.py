@@ -17,19 +17,13 @@ typically a ``git worktree`` of the commit before a change, with the compiled
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from lib_paired import alternate, paired, print_result, run_child
 
 
 def one(tree: Path, seconds: float) -> dict[str, float]:
@@ -37,19 +31,19 @@ def one(tree: Path, seconds: float) -> dict[str, float]:
     sys.path[:0] = [str(tree / "benchmarks"), str(tree)]
     os.chdir(tree)
     import lib_workloads as wl
+    from lib_meter import process_cpu
     from profile_cluster import _create, _wait_isr
 
-    from tests.helpers.cluster_proc import cluster_broker
+    from tests.helpers.cluster_proc import BrokerCluster
     from tests.helpers.etcd_proc import EtcdProcess
 
     root = Path(tempfile.mkdtemp(prefix="kbroker-ctp-"))
     etcd = EtcdProcess(root / "etcd")
     etcd.start()
-    brokers = {i: cluster_broker(etcd, root, i) for i in (1, 2, 3)}
+    cluster = BrokerCluster(etcd, root, 3)
     try:
-        for b in brokers.values():
-            b.start(timeout=60)
-        bootstrap = ",".join(b.bootstrap for b in brokers.values())
+        cluster.start()
+        bootstrap = cluster.bootstrap
         topic = "paired-txn"
         _create(bootstrap, topic, 4, [[1 + (i + k) % 3 for k in range(3)] for i in range(4)])
         _wait_isr(bootstrap, topic)
@@ -57,28 +51,15 @@ def one(tree: Path, seconds: float) -> dict[str, float]:
         wl.create_topic = lambda *_a, **_k: None
         wl.unique = lambda prefix, _u=wl.unique: topic if prefix == "txn" else _u(prefix)
         wl.transactions(bootstrap, None, seconds=2, size=100)
-        before = sum(_cpu_s(b.proc.pid) for b in brokers.values())
+        pids = [b.proc.pid for b in cluster.brokers.values()]
+        before = sum(process_cpu(pid) for pid in pids)
         fig = wl.transactions(bootstrap, None, seconds=seconds, size=100)
-        after = sum(_cpu_s(b.proc.pid) for b in brokers.values())
+        after = sum(process_cpu(pid) for pid in pids)
         return {"commits_per_s": fig["commits_per_s"], "cpu_ms_per_commit": (after - before) * 1000 / fig["commits"]}
     finally:
-        for b in brokers.values():
-            try:
-                b.stop()
-            except Exception:  # noqa: BLE001 - a broker that will not stop is killed below
-                pass
-            b.kill()
+        cluster.stop()
         etcd.stop()
         shutil.rmtree(root, ignore_errors=True)
-
-
-def run_one(tree: Path, seconds: float) -> dict[str, float]:
-    out = subprocess.run([sys.executable, __file__, "--one", str(tree), "--seconds", str(seconds)],
-                         capture_output=True, text=True, timeout=600)
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
-    if out.returncode != 0 or not lines:
-        raise SystemExit(f"{tree}: run failed\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
-    return json.loads(lines[-1][7:])
 
 
 def main() -> int:
@@ -89,23 +70,21 @@ def main() -> int:
     ap.add_argument("--one", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one is not None:
-        print("RESULT " + json.dumps(one(args.one.resolve(), args.seconds)), flush=True)
+        print_result(one(args.one.resolve(), args.seconds))
         return 0
     if len(args.trees) != 2:
         ap.error("give OLD_TREE and NEW_TREE")
     old, new = (t.resolve() for t in args.trees)
-    res: dict[Path, list[dict[str, float]]] = {old: [], new: []}
-    for r in range(args.rounds):
-        for tree in (old, new) if r % 2 == 0 else (new, old):
-            fig = run_one(tree, args.seconds)
-            res[tree].append(fig)
-            print(f"round {r + 1} {'old' if tree == old else 'new'}: {fig['commits_per_s']:.1f} commits/s, "
-                  f"{fig['cpu_ms_per_commit']:.2f} ms brokers' CPU per commit", flush=True)
+
+    def show(r: int, label: str, fig: dict[str, float]) -> None:
+        print(f"round {r} {label}: {fig['commits_per_s']:.1f} commits/s, "
+              f"{fig['cpu_ms_per_commit']:.2f} ms brokers' CPU per commit", flush=True)
+
+    res = alternate([old, new], args.rounds, lambda tree: run_child(__file__, tree, ["--seconds", str(args.seconds)], 600),
+                    show)
     for key, label in (("commits_per_s", "commits/s"), ("cpu_ms_per_commit", "brokers' CPU ms per commit")):
-        a = statistics.median(f[key] for f in res[old])
-        b = statistics.median(f[key] for f in res[new])
-        paired = statistics.median(y[key] / x[key] for x, y in zip(res[old], res[new], strict=True))
-        print(f"{label}: old median {a:.2f}, new median {b:.2f}, paired ratio (median) {paired:.3f}")
+        a, b, ratio = paired(res[old], res[new], key)
+        print(f"{label}: old median {a:.2f}, new median {b:.2f}, paired ratio (median) {ratio:.3f}")
     return 0
 
 

@@ -38,17 +38,13 @@ sys.path[:0] = [str(HERE), str(ROOT)]
 import null_replicating_broker as nrb  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from lib_meter import process_cpu  # noqa: E402
 from profile_cluster import _wait_isr  # noqa: E402
 
-from tests.helpers.cluster_proc import cluster_broker  # noqa: E402
+from tests.helpers.cluster_proc import BrokerCluster  # noqa: E402
 from tests.helpers.etcd_proc import EtcdProcess  # noqa: E402
 
 REPORT = HERE / "results" / "replicated_write_cost.md"
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class _Quiet:
@@ -65,7 +61,7 @@ def sequential(bootstrap: str, topic: str, pids: list[int], seconds: float, size
         p.produce(topic, value, partition=0)
         if p.flush(30):
             raise RuntimeError("warm-up write not acknowledged")
-    before = [_cpu_s(x) for x in pids]
+    before = [process_cpu(x) for x in pids]
     n, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         p.produce(topic, value, partition=0)
@@ -73,7 +69,7 @@ def sequential(bootstrap: str, topic: str, pids: list[int], seconds: float, size
             raise RuntimeError("write not acknowledged in 30 s")
         n += 1
     wall = time.perf_counter() - t0
-    cpu = [(_cpu_s(x) - b) * 1e6 / n for x, b in zip(pids, before, strict=True)]
+    cpu = [(process_cpu(x) - b) * 1e6 / n for x, b in zip(pids, before, strict=True)]
     return {"writes": n, "us_per_write": wall * 1e6 / n, "cpu_us": cpu}
 
 
@@ -81,11 +77,10 @@ def kbroker_round(seconds: float, size: int) -> dict[str, dict[str, object]]:
     root = Path(tempfile.mkdtemp(prefix="kbroker-rwc-"))
     etcd = EtcdProcess(root / "etcd")
     etcd.start()
-    brokers = [cluster_broker(etcd, root, i) for i in (1, 2, 3)]
+    cluster = BrokerCluster(etcd, root, 3)
     try:
-        for b in brokers:
-            b.start(timeout=60)
-        bootstrap = ",".join(b.bootstrap for b in brokers)
+        cluster.start()
+        bootstrap = cluster.bootstrap
         admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _Quiet()})
         futs = admin.create_topics([
             NewTopic("rwc-rf3", 1, -1, replica_assignment=[[1, 2, 3]], config={"min.insync.replicas": "2"}),
@@ -93,16 +88,11 @@ def kbroker_round(seconds: float, size: int) -> dict[str, dict[str, object]]:
         for f in futs.values():
             f.result(120)
         _wait_isr(bootstrap, "rwc-rf3")
-        pids = [b.proc.pid for b in brokers]
+        pids = [cluster.brokers[i].proc.pid for i in (1, 2, 3)]
         return {"kbroker RF=3": sequential(bootstrap, "rwc-rf3", pids, seconds, size),
                 "kbroker RF=1": sequential(bootstrap, "rwc-rf1", pids, seconds, size)}
     finally:
-        for b in brokers:
-            try:
-                b.stop()
-            except Exception:  # noqa: BLE001 - a broker that will not stop is killed below
-                pass
-            b.kill()
+        cluster.stop()
         etcd.stop()
         shutil.rmtree(root, ignore_errors=True)
 
