@@ -96,7 +96,10 @@ static void Columns_dealloc(Columns *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Zigzag varint of at most `max_bytes` bytes at *pos, not reaching `bound`. 0 if malformed. */
+/* Zigzag varint of at most `max_bytes` bytes at *pos, not reaching `bound`. 0 if malformed. The
+ * same reader as storage/_recwalk.c's: the two extensions are built and shipped apart (design.md
+ * keeps spark_jobs, which executors receive, off the broker's storage package), so neither includes
+ * the other's code. */
 static inline int read_varint(const uint8_t *d, Py_ssize_t *pos, Py_ssize_t bound, int max_bytes, int64_t *out)
 {
     uint64_t raw = 0;
@@ -225,8 +228,7 @@ done:
 
 static PyObject *take(Buf *b)
 {
-    PyObject *o = PyBytes_FromStringAndSize(b->p ? b->p : "", b->len);
-    return o;
+    return PyBytes_FromStringAndSize(b->p ? b->p : "", b->len);
 }
 
 static PyObject *Columns_finish(Columns *self, PyObject *Py_UNUSED(ignored))
@@ -245,7 +247,7 @@ static PyObject *Columns_finish(Columns *self, PyObject *Py_UNUSED(ignored))
     return out;
 }
 
-static PyObject *Columns_len(Columns *self, PyObject *Py_UNUSED(ignored))
+static PyObject *Columns_rows(Columns *self, PyObject *Py_UNUSED(ignored))
 {
     return PyLong_FromSsize_t(self->n);
 }
@@ -256,7 +258,7 @@ static PyMethodDef columns_methods[] = {
     {"finish", (PyCFunction)Columns_finish, METH_NOARGS,
      "finish() -> (n, offsets, timestamps_us, ts_types, key_validity, key_offsets, key_data, "
      "value_validity, value_offsets, value_data); the builder starts over"},
-    {"rows", (PyCFunction)Columns_len, METH_NOARGS, "rows() -> records held"},
+    {"rows", (PyCFunction)Columns_rows, METH_NOARGS, "rows() -> records held"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -198,12 +198,12 @@ def range_consumer_config(conf: Mapping[str, str], *, range_records: int | None 
 
 def read_range(conf: Mapping[str, str], topic: str, partition: int, start: int, end: int, *,
                include_headers: bool = False, fail_on_data_loss: bool = True, batch_rows: int = 8192,
-               timeout_s: float = 120.0, raw: str | None = None) -> Iterator[pa.RecordBatch]:
+               timeout_s: float = 120.0, raw: bool = True) -> Iterator[pa.RecordBatch]:
     """Records of ``topic``/``partition`` with start <= offset < end as Arrow batches.
 
     First through the raw reader (spark_jobs.raw_reader: Fetch on a plain socket, records decoded
-    into Arrow buffers by compiled code) where it is usable (``raw``: the source option rawReader;
-    "false" turns it off); it stops at anything but a plain answer, and librdkafka reads whatever
+    into Arrow buffers by compiled code) where it is usable (``raw``: the source option rawReader,
+    false turns it off); it stops at anything but a plain answer, and librdkafka reads whatever
     is left of the range, as below.
 
     Under read_committed the broker hides aborted records and control batches, so the offsets

@@ -5,7 +5,7 @@ no librdkafka ``Message`` and no Python object per record.
 ``kafka_io.read_range`` uses it when :func:`usable` says so: the compiled decoder imports (it does
 not on executors that received only the shipped zip, which holds no compiled code), the query's
 ``kafka.security.protocol`` is PLAINTEXT (no TLS or SASL to speak here), record headers are not
-asked for (``includeHeaders``), and the source option ``rawReader`` is not false.
+asked for (``includeHeaders``), and the source option ``rawReader`` is not false (``wanted``).
 
 It reads as Kafka's consumer reads (the Fetcher's rules): Metadata names the partition's leader;
 FetchRequest v12 at the query's ``kafka.isolation.level`` (read_committed unless set), no fetch
@@ -35,6 +35,12 @@ import zlib
 from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
+from kafka.protocol.metadata import MetadataRequest
+from kafka.record.util import decode_varint as _varint  # Kafka's zigzag varint: (value, next position)
+
+from protocol.api_table import get_spec
+from protocol.fast_codecs import DecodeError, decode_fetch_response, encode_fetch_request_v12
+from protocol.headers import encode_request
 
 try:
     from spark_jobs._record_columns import Columns
@@ -66,11 +72,9 @@ class Fallback(Exception):  # noqa: N818 - a signal to read_range, not an error 
     """The raw read stops here; the rest of the range goes through librdkafka."""
 
 
-def usable(conf: Mapping[str, str], include_headers: bool, option: str | None = None) -> bool:
+def usable(conf: Mapping[str, str], include_headers: bool, wanted: bool = True) -> bool:
     """Whether the raw reader can serve a range read with these settings (see the module docstring)."""
-    if Columns is None or include_headers:
-        return False
-    if option is not None and option.strip().lower() in ("false", "0", "no", "off"):
+    if Columns is None or include_headers or not wanted:
         return False
     if str(conf.get("check.crcs", "false")).lower() == "true":
         return False  # asked for CRC checks: librdkafka makes them
@@ -100,8 +104,6 @@ class _Connection:
 
     def request(self, api_key: int, version: int, body: bytes) -> memoryview:
         """The response body (after the flexible response header every request here has)."""
-        from protocol.headers import encode_request
-
         self._corr += 1
         self.sock.sendall(encode_request(api_key, version, self._corr, CLIENT_ID, body, True))
         size = struct.unpack(">i", self._read(4))[0]
@@ -126,10 +128,6 @@ class _Connection:
 
 
 def _leader_address(conn: _Connection, topic: str, partition: int) -> tuple[str, int]:
-    from kafka.protocol.metadata import MetadataRequest
-
-    from protocol.api_table import get_spec
-
     req = MetadataRequest(version=METADATA_VERSION, topics=[MetadataRequest.MetadataRequestTopic(
         version=METADATA_VERSION, topic_id=None, name=topic)], allow_auto_topic_creation=False,
         include_topic_authorized_operations=False)
@@ -149,17 +147,6 @@ def _leader_address(conn: _Connection, topic: str, partition: int) -> tuple[str,
 
 def _first_offset(aborted: tuple[int, int]) -> int:
     return aborted[1]  # (producer id, first offset)
-
-
-def _varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    raw = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
 
 
 class _Batch:
@@ -275,8 +262,6 @@ class RawRangeReader:
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         """Arrow batches until the range is read; raises Fallback (or OSError) where librdkafka must go on."""
-        from protocol.fast_codecs import encode_fetch_request_v12
-
         assert Columns is not None
         cols = Columns()
         try:
@@ -301,8 +286,6 @@ class RawRangeReader:
                 self._conn = None
 
     def _fetch(self, body: bytes):  # noqa: ANN202 - protocol.fast_codecs.FetchPartitionIn
-        from protocol.fast_codecs import DecodeError, decode_fetch_response
-
         assert self._conn is not None
         try:
             resp = decode_fetch_response(self._conn.request(API_FETCH, FETCH_VERSION, body), FETCH_VERSION)

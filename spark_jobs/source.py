@@ -77,7 +77,7 @@ class _ReaderBase:
             raise ValueError("exactly one of the options subscribe, subscribePattern, assign is required")
         self.include_headers = _bool(self.opt("includeHeaders"), False)
         self.fail_on_data_loss = _bool(self.opt("failOnDataLoss"), True)
-        self.raw_reader = self.opt("rawReader")  # "false": read through librdkafka only (spark_jobs.raw_reader)
+        self.raw_reader = _bool(self.opt("rawReader"), True)  # false: librdkafka only (spark_jobs.raw_reader)
         self._admin = None
 
     def opt(self, name: str) -> str | None:

@@ -200,7 +200,7 @@ def test_range_reader_builds_batches_without_garbage_collections(broker: Any) ->
     try:
         rows = 0
         enabled_in_loop = []
-        for batch in kafka_io.read_range(conf, "gc-range", 0, 0, n, batch_rows=4096, raw="false"):
+        for batch in kafka_io.read_range(conf, "gc-range", 0, 0, n, batch_rows=4096, raw=False):
             rows += batch.num_rows
             enabled_in_loop.append(gc.isenabled())
     finally:
@@ -210,7 +210,7 @@ def test_range_reader_builds_batches_without_garbage_collections(broker: Any) ->
     assert all(enabled_in_loop) and gc.isenabled()  # the caller's code runs with the collector on
     gc.disable()  # and a caller that turned it off keeps it off
     try:
-        assert sum(b.num_rows for b in kafka_io.read_range(conf, "gc-range", 0, 0, 100, raw="false")) == 100
+        assert sum(b.num_rows for b in kafka_io.read_range(conf, "gc-range", 0, 0, 100, raw=False)) == 100
         assert not gc.isenabled()
     finally:
         gc.enable()

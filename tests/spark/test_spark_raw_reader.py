@@ -18,7 +18,7 @@ from spark_jobs import kafka_io, raw_reader
 pytestmark = pytest.mark.skipif(raw_reader.Columns is None, reason="spark_jobs._record_columns is not built")
 
 
-def _read(bootstrap: str, topic: str, start: int, end: int, raw: str, **kw: Any) -> pa.Table:
+def _read(bootstrap: str, topic: str, start: int, end: int, raw: bool, **kw: Any) -> pa.Table:
     conf = {"bootstrap.servers": bootstrap}
     batches = list(kafka_io.read_range(conf, topic, 0, start, end, raw=raw, timeout_s=20, **kw))
     return pa.Table.from_batches(batches, schema=kafka_io.ARROW_SCHEMA)
@@ -57,12 +57,12 @@ def test_raw_reader_gives_what_librdkafka_gives(broker: Any, caplog: pytest.LogC
     assert end > 8_000
     caplog.set_level(logging.INFO, logger="spark_jobs.kafka_io")
     for start, stop in ((0, end), (1, 2), (2999, 3001), (5000, 9000), (end - 700, end), (end - 1, end)):
-        raw = _read(broker.bootstrap, "raw-eq", start, stop, "true")
-        ref = _read(broker.bootstrap, "raw-eq", start, stop, "false")
+        raw = _read(broker.bootstrap, "raw-eq", start, stop, True)
+        ref = _read(broker.bootstrap, "raw-eq", start, stop, False)
         assert raw.num_rows == ref.num_rows, (start, stop)
         assert raw.equals(ref), (start, stop)
     assert "raw read" not in caplog.text  # every range above was read by the raw reader alone
-    values = _read(broker.bootstrap, "raw-eq", 0, end, "true").column("value").to_pylist()
+    values = _read(broker.bootstrap, "raw-eq", 0, end, True).column("value").to_pylist()
     assert not any(v.startswith(b"txn1-") or v.startswith(b"txn4-") for v in values if v)  # aborted
     assert sum(1 for v in values if v and v.startswith(b"txn0-")) == 150
 
@@ -73,11 +73,11 @@ def test_deleted_offsets_are_handed_to_librdkafka(broker: Any, caplog: pytest.Lo
     assert delete_records(broker.bootstrap, "raw-gone", {0: 400}) == {0: 400}
     caplog.set_level(logging.INFO, logger="spark_jobs.kafka_io")
     # the raw fetch at 100 is out of range: librdkafka reads the range, with its data-loss rules
-    got = _read(broker.bootstrap, "raw-gone", 100, 1000, "true", fail_on_data_loss=False)
+    got = _read(broker.bootstrap, "raw-gone", 100, 1000, True, fail_on_data_loss=False)
     assert got.column("offset").to_pylist() == list(range(400, 1000))
     assert "raw read of raw-gone-0 stopped at offset 100" in caplog.text
     with pytest.raises(kafka_io.DataLossError):
-        _read(broker.bootstrap, "raw-gone", 100, 1000, "true", fail_on_data_loss=True)
+        _read(broker.bootstrap, "raw-gone", 100, 1000, True, fail_on_data_loss=True)
 
 
 def test_read_uncommitted_sees_aborted_records(broker: Any) -> None:
@@ -98,7 +98,7 @@ def test_read_uncommitted_sees_aborted_records(broker: Any) -> None:
             time.sleep(0.05)
     finally:
         c.close()
-    for raw in ("true", "false"):
+    for raw in (True, False):
         got = pa.Table.from_batches(list(kafka_io.read_range(conf, "raw-ru", 0, 0, 6, raw=raw, timeout_s=20)))
         assert got.column("value").to_pylist() == [b"t0", b"t1", b"t2"], raw
         assert got.column("offset").to_pylist() == [0, 2, 4], raw

@@ -150,8 +150,8 @@ def test_usable():
     assert not raw_reader.usable({"bootstrap.servers": "h:1"}, True)  # headers: librdkafka
     assert not raw_reader.usable({"security.protocol": "SSL"}, False)
     assert not raw_reader.usable({"security.protocol": "SASL_PLAINTEXT"}, False)
-    assert raw_reader.usable({"security.protocol": "PLAINTEXT"}, False, "true")
-    assert not raw_reader.usable({}, False, "false")
+    assert raw_reader.usable({"security.protocol": "PLAINTEXT"}, False, True)
+    assert not raw_reader.usable({}, False, False)
 
 
 def test_decompress_every_framing():
