@@ -100,6 +100,8 @@ async def test_store_reassignment_lifecycle(nodes) -> None:
     assert await b.alter_reassignments("m", {0: [1, 2, 3]}) == {0: None}
     await wait_until(lambda: c.replicas("m", 0) == [1, 2, 3], "the new replicas in c's view")
     assert ("leaders", "m") in c_events  # the replica manager of a newly assigned broker hears of it
+    # Each store follows etcd by its own watch: a's view may come after b's and c's.
+    await wait_until(lambda: all(s.reassignments() for s in (a, b, c)), "the reassignment in every view")
     for store in (a, b, c):
         assert store.reassignments() == {("m", 0): ([1, 2, 3], Reassignment((2, 3), ()))}
         assert store.isr("m", 0) == [1] and store.leader("m", 0) == 1
