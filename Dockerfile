@@ -7,9 +7,10 @@ ARG BASE_IMAGE=python:3.12-slim
 
 FROM ${BASE_IMAGE} AS build
 # The optional C extensions (storage/_recwalk.c, the record walk; spark_jobs/_record_columns.c, the
-# Spark source's record decoder; built by setup.py) need a C compiler and Python's headers, in this
-# stage only: on a Debian-like base they come from apt (python3-dev only when the base's Python has
-# no Python.h). Without them the install warns and the pure-Python walk runs.
+# Spark source's record decoder and sink's encoder; built by setup.py) need a C compiler and
+# Python's headers, in this stage only: on a Debian-like base they come from apt (python3-dev only
+# when the base's Python has no Python.h). Without them the install warns and the pure-Python walk
+# runs.
 RUN if command -v apt-get >/dev/null 2>&1; then \
       headers=$(python3 -c 'import os, sysconfig; print("" if os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else "python3-dev")'); \
       (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \

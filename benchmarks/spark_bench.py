@@ -15,8 +15,10 @@ with one side or both replaced by the no-op data source of spark_jobs/noop.py (r
 memory; batches dropped): ``noop-to-sink`` (no-op source -> exactly-once kbroker sink),
 ``source-to-noop`` (kbroker source -> no-op sink) and ``noop-to-noop`` (the Python Data Source API's
 own ceiling on this machine); ``--modes ceiling`` is short for the three. A mode name with ``+rdkafka``
-appended (``exactly-once+rdkafka``) runs that mode with the source option ``rawReader=false``, i.e.
-the source reads through librdkafka as before the raw reader (spark_jobs/raw_reader.py). Reported per mode: steady-state rate = rows / trigger-execution time summed over every batch but
+appended (``exactly-once+rdkafka``) runs that mode with the source option ``rawReader=false`` and the
+sink option ``rawWriter=false``, i.e. both read and write through librdkafka as before the raw
+reader and writer (spark_jobs/raw_reader.py, raw_writer.py); ``+rdkafka-sink`` sets only
+``rawWriter=false`` (the raw reader, librdkafka's producer). Reported per mode: steady-state rate = rows / trigger-execution time summed over every batch but
 the first, and end-to-end rate = N / wall time of the query (a small warm-up query runs before both,
 so neither pays for Python worker start-up or the JVM's JIT). ``--rounds N`` alternates the modes N
 times and reports medians; every run also reports the CPU time per record of all its processes
@@ -100,9 +102,11 @@ CEILING = {
     "source-to-noop": ("kbroker", "kbroker-noop", {}),
     "noop-to-noop": ("kbroker-noop", "kbroker-noop", {}),
 }
-# "<mode>+rdkafka": the same mode with the kbroker source reading through librdkafka only (source
-# option rawReader=false), to compare with the raw reader (spark_jobs/raw_reader.py) in one run.
+# "<mode>+rdkafka": the same mode with the kbroker source and sink on librdkafka only (rawReader=false,
+# rawWriter=false), to compare with the raw reader and writer in one run; "<mode>+rdkafka-sink": only
+# the sink on librdkafka.
 RDKAFKA = "+rdkafka"
+RDKAFKA_SINK = "+rdkafka-sink"
 ALL_MODES = [*MODES, *CEILING]
 WARMUP_RECORDS = 50_000
 
@@ -159,7 +163,8 @@ def tree_cpu_seconds(root: int) -> dict[str, float]:
 
 def run_query(spark: Any, bootstrap: str, src: str, dst: str, checkpoint: str, per_batch: int,
               sink_options: dict[str, str], *, source: str = "kbroker", sink: str = "kbroker",
-              noop_rows: int = 0, size: int = 100, raw_reader: bool = True) -> dict[str, Any]:
+              noop_rows: int = 0, size: int = 100, raw_reader: bool = True,
+              raw_writer: bool = True) -> dict[str, Any]:
     from spark_jobs.uppercase import transform
 
     df = (spark.readStream.format(source).option("kafka.bootstrap.servers", bootstrap)
@@ -170,7 +175,8 @@ def run_query(spark: Any, bootstrap: str, src: str, dst: str, checkpoint: str, p
     started = time.monotonic()
     cpu0 = tree_cpu_seconds(os.getpid())
     w = (transform(df).writeStream.format(sink).option("kafka.bootstrap.servers", bootstrap)
-         .option("topic", dst).option("checkpointLocation", checkpoint).trigger(availableNow=True))
+         .option("topic", dst).option("checkpointLocation", checkpoint).trigger(availableNow=True)
+         .option("rawWriter", "true" if raw_writer else "false"))
     for key, value in sink_options.items():
         w = w.option(key, value)
     q = w.start()
@@ -197,8 +203,11 @@ def run_mode(spark: Any, bootstrap: str, src: str, tmp: str, name: str, args: ar
              rnd: int) -> dict[str, Any]:
     """One query of mode ``name`` over the input topic ``src``, its output checked."""
     dst = f"{src}-out-{name.replace('+', '-')}-{rnd}"
-    raw = not name.endswith(RDKAFKA)
-    name = name.removesuffix(RDKAFKA)
+    raw = raw_writer = True
+    if name.endswith(RDKAFKA_SINK):
+        name, raw_writer = name.removesuffix(RDKAFKA_SINK), False
+    elif name.endswith(RDKAFKA):
+        name, raw, raw_writer = name.removesuffix(RDKAFKA), False, False
     if name == "2pc":  # the gate needs the output's partitions; a 2pc warm-up too
         for topic in (dst, f"{src}-warmup-out-2pc-{rnd}"):
             create_topic(bootstrap, topic)
@@ -207,11 +216,12 @@ def run_mode(spark: Any, bootstrap: str, src: str, tmp: str, name: str, args: ar
     if name in CEILING:
         source, sink, options = CEILING[name]
         res = run_query(spark, bootstrap, src, dst, str(Path(tmp) / f"ck-{dst}"), args.max_per_batch,
-                        options, source=source, sink=sink, noop_rows=args.records, size=args.size, raw_reader=raw)
+                        options, source=source, sink=sink, noop_rows=args.records, size=args.size, raw_reader=raw,
+                        raw_writer=raw_writer)
     else:
         sink = "kbroker"
         res = run_query(spark, bootstrap, src, dst, str(Path(tmp) / f"ck-{dst}"), args.max_per_batch, MODES[name],
-                        raw_reader=raw)
+                        raw_reader=raw, raw_writer=raw_writer)
     if res["rows"] != args.records:
         raise SystemExit(f"{name}: the query read {res['rows']} rows, expected {args.records}")
     n_out = count_committed(bootstrap, dst) if sink == "kbroker" else args.records
@@ -242,11 +252,12 @@ def main() -> None:
                          "(the machine's load drifts between modes; medians of alternating rounds compare better)")
     ap.add_argument("--modes", default="exactly-once,2pc,at-least-once",
                     help=f"comma-separated modes to measure, of {', '.join(ALL_MODES)}, ceiling (= the 3 ceiling "
-                         f"modes); a mode with {RDKAFKA} appended reads through librdkafka only (rawReader=false)")
+                         f"modes); a mode with {RDKAFKA} appended reads and writes through librdkafka only "
+                         f"(rawReader=false, rawWriter=false), with {RDKAFKA_SINK} only writes")
     args = ap.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     modes = [x for m in modes for x in (CEILING if m == "ceiling" else [m])]
-    if unknown := [m for m in modes if m.removesuffix(RDKAFKA) not in ALL_MODES]:
+    if unknown := [m for m in modes if m.removesuffix(RDKAFKA_SINK).removesuffix(RDKAFKA) not in ALL_MODES]:
         ap.error(f"unknown modes {unknown}")
 
     with tempfile.TemporaryDirectory(prefix="spark-bench-") as tmp:

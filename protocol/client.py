@@ -136,6 +136,11 @@ class ProtocolClient:
             if self._reauth_at is not None and time.monotonic() >= self._reauth_at and not self._pending:
                 await self._authenticate()
 
+    @property
+    def connected(self) -> bool:
+        """Connected and not lost or closing: a caller keeping clients by address reconnects otherwise."""
+        return self._transport is not None and not self._transport.is_closing()
+
     async def close(self) -> None:
         if self._transport is not None:
             self._transport.close()

@@ -12,6 +12,9 @@
  * (n, offsets, timestamps_us, ts_types, key_validity or None, key_offsets, key_data,
  *  value_validity or None, value_offsets, value_data) as bytes objects and starts over.
  *
+ * encode_records() is the other direction, for the Spark sink's raw writer (spark_jobs/raw_writer.py):
+ * Arrow key and value columns into v2 records, split by partition (see its comment below).
+ *
  * Building it is optional (setup.py: Extension(optional=True)); without it the source reads through
  * librdkafka, as it does on executors that only received the shipped zip.
  */
@@ -273,11 +276,271 @@ static PyTypeObject ColumnsType = {
     .tp_methods = columns_methods,
 };
 
+/* --- the sink's encoder ------------------------------------------------------------------------
+ *
+ * encode_records(value_validity, value_offsets, value_data, value_first,
+ *                key_validity, key_offsets, key_data, key_first, n, partitions, null_partition,
+ *                max_bytes) -> [(partition, count, records), ...]
+ *
+ * Encodes n rows of Arrow binary columns (buffers as Arrow holds them: validity bitmap or None,
+ * int32 offsets, data; *_first = the array's slice offset) as v2 records without headers, timestamp
+ * delta 0, offset deltas from 0 within each chunk. A row goes to partition
+ * (murmur2(key) & 0x7fffffff) % partitions (Java's default partitioner, librdkafka's murmur2) when
+ * it has a key, else to null_partition. Each partition's rows become chunks of at most max_bytes of
+ * records (a record larger than that is a chunk of its own), returned in row order per partition.
+ * Key buffers may all be None (no key column). The caller adds each chunk's batch header.
+ */
+static uint32_t kafka_murmur2(const uint8_t *d, Py_ssize_t len)
+{
+    const uint32_t m = 0x5bd1e995u;
+    uint32_t h = 0x9747b28cu ^ (uint32_t)len;
+    Py_ssize_t i, n4 = len / 4;
+    for (i = 0; i < n4; i++) {
+        const uint8_t *q = d + i * 4;
+        uint32_t k = (uint32_t)q[0] | ((uint32_t)q[1] << 8) | ((uint32_t)q[2] << 16) | ((uint32_t)q[3] << 24);
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    const uint8_t *t = d + (len & ~(Py_ssize_t)3);
+    switch (len % 4) {
+    case 3:
+        h ^= (uint32_t)t[2] << 16;
+        /* fall through */
+    case 2:
+        h ^= (uint32_t)t[1] << 8;
+        /* fall through */
+    case 1:
+        h ^= (uint32_t)t[0];
+        h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return h;
+}
+
+static inline int zz_len(int64_t v)
+{
+    uint64_t u = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    int n = 1;
+    while (u >= 0x80) {
+        u >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline char *zz_put(char *p, int64_t v)
+{
+    uint64_t u = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    while (u >= 0x80) {
+        *p++ = (char)((u & 0x7f) | 0x80);
+        u >>= 7;
+    }
+    *p++ = (char)u;
+    return p;
+}
+
+typedef struct {
+    Buf buf;
+    Py_ssize_t count;
+} Chunk;
+
+/* One Arrow binary column as the encoder reads it. */
+typedef struct {
+    Py_buffer valid, offs, data;
+    int has_valid, present;
+    Py_ssize_t first;
+} ArrowBin;
+
+static int arrow_bin_open(ArrowBin *c, PyObject *valid, PyObject *offs, PyObject *data, Py_ssize_t first,
+                          Py_ssize_t n)
+{
+    memset(c, 0, sizeof(*c));
+    c->first = first;
+    if (offs == Py_None)
+        return 1; /* no such column */
+    if (PyObject_GetBuffer(offs, &c->offs, PyBUF_SIMPLE) < 0)
+        return 0;
+    c->present = 1;
+    if (PyObject_GetBuffer(data, &c->data, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&c->offs);
+        c->present = 0;
+        return 0;
+    }
+    if (valid != Py_None) {
+        if (PyObject_GetBuffer(valid, &c->valid, PyBUF_SIMPLE) < 0) {
+            PyBuffer_Release(&c->offs);
+            PyBuffer_Release(&c->data);
+            c->present = 0;
+            return 0;
+        }
+        c->has_valid = 1;
+    }
+    if (first < 0 || c->offs.len < (first + n + 1) * 4 ||
+        (c->has_valid && c->valid.len * 8 < first + n)) {
+        PyErr_SetString(PyExc_ValueError, "Arrow buffers shorter than the rows");
+        return 0;
+    }
+    return 1;
+}
+
+static void arrow_bin_close(ArrowBin *c)
+{
+    if (c->present) {
+        PyBuffer_Release(&c->offs);
+        PyBuffer_Release(&c->data);
+    }
+    if (c->has_valid)
+        PyBuffer_Release(&c->valid);
+    c->present = c->has_valid = 0;
+}
+
+/* Row i's bytes: 1 and (*p, *len) when not null, 0 when null, -1 (exception set) when out of range. */
+static inline int arrow_bin_get(const ArrowBin *c, Py_ssize_t i, const uint8_t **p, int32_t *len)
+{
+    Py_ssize_t j = c->first + i;
+    if (c->has_valid && !((((const uint8_t *)c->valid.buf)[j >> 3] >> (j & 7)) & 1))
+        return 0;
+    const int32_t *o = (const int32_t *)c->offs.buf;
+    int32_t a = o[j], b = o[j + 1];
+    if (a < 0 || b < a || b > c->data.len) {
+        PyErr_SetString(PyExc_ValueError, "Arrow offsets outside the data buffer");
+        return -1;
+    }
+    *p = (const uint8_t *)c->data.buf + a;
+    *len = b - a;
+    return 1;
+}
+
+static PyObject *flush_chunk(PyObject *out, Chunk *ch, Py_ssize_t partition)
+{
+    PyObject *t = Py_BuildValue("(nnN)", partition, ch->count, take(&ch->buf));
+    PyMem_Free(ch->buf.p);
+    memset(ch, 0, sizeof(*ch));
+    if (t == NULL || PyList_Append(out, t) < 0) {
+        Py_XDECREF(t);
+        return NULL;
+    }
+    Py_DECREF(t);
+    return out;
+}
+
+static PyObject *encode_records(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *vv, *vo, *vd, *kv, *ko, *kd;
+    Py_ssize_t vfirst, kfirst, n, partitions, null_partition, max_bytes;
+    if (!PyArg_ParseTuple(args, "OOOnOOOnnnnn", &vv, &vo, &vd, &vfirst, &kv, &ko, &kd, &kfirst, &n, &partitions,
+                          &null_partition, &max_bytes))
+        return NULL;
+    if (n < 0 || partitions <= 0 || null_partition < 0 || null_partition >= partitions || max_bytes <= 0) {
+        PyErr_SetString(PyExc_ValueError, "bad row count, partition count, null partition or max_bytes");
+        return NULL;
+    }
+    ArrowBin val, key;
+    memset(&key, 0, sizeof(key));
+    PyObject *out = NULL;
+    Chunk *chunks = NULL;
+    if (!arrow_bin_open(&val, vv, vo, vd, vfirst, n))
+        goto done;
+    if (!val.present) {
+        PyErr_SetString(PyExc_ValueError, "a value column is required");
+        goto done;
+    }
+    if (!arrow_bin_open(&key, kv, ko, kd, kfirst, n))
+        goto done;
+    chunks = PyMem_Calloc((size_t)partitions, sizeof(Chunk));
+    out = PyList_New(0);
+    if (chunks == NULL || out == NULL) {
+        PyErr_NoMemory();
+        Py_CLEAR(out);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const uint8_t *vp = NULL, *kp = NULL;
+        int32_t vlen = -1, klen = -1;
+        int r = arrow_bin_get(&val, i, &vp, &vlen);
+        if (r < 0)
+            goto fail;
+        if (r == 0)
+            vlen = -1;
+        Py_ssize_t part = null_partition;
+        if (key.present) {
+            r = arrow_bin_get(&key, i, &kp, &klen);
+            if (r < 0)
+                goto fail;
+            if (r == 0)
+                klen = -1;
+            else
+                part = (Py_ssize_t)((kafka_murmur2(kp, klen) & 0x7fffffffu) % (uint32_t)partitions);
+        }
+        Chunk *ch = &chunks[part];
+        int64_t od = ch->count;
+        Py_ssize_t body = 1 + 1 + zz_len(od) + zz_len(klen) + (klen > 0 ? klen : 0) + zz_len(vlen) +
+                          (vlen > 0 ? vlen : 0) + 1;
+        Py_ssize_t size = zz_len(body) + body;
+        if (ch->count > 0 && ch->buf.len + size > max_bytes) {
+            if (flush_chunk(out, ch, part) == NULL)
+                goto fail;
+            od = 0;
+            body = 1 + 1 + 1 + zz_len(klen) + (klen > 0 ? klen : 0) + zz_len(vlen) + (vlen > 0 ? vlen : 0) + 1;
+            size = zz_len(body) + body;
+        }
+        if (!buf_reserve(&ch->buf, size))
+            goto fail;
+        char *p = ch->buf.p + ch->buf.len;
+        p = zz_put(p, body);
+        *p++ = 0; /* attributes */
+        *p++ = 0; /* timestamp delta 0 */
+        p = zz_put(p, od);
+        p = zz_put(p, klen);
+        if (klen > 0) {
+            memcpy(p, kp, (size_t)klen);
+            p += klen;
+        }
+        p = zz_put(p, vlen);
+        if (vlen > 0) {
+            memcpy(p, vp, (size_t)vlen);
+            p += vlen;
+        }
+        *p++ = 0; /* no headers */
+        ch->buf.len = p - ch->buf.p;
+        ch->count++;
+    }
+    for (Py_ssize_t part = 0; part < partitions; part++)
+        if (chunks[part].count > 0 && flush_chunk(out, &chunks[part], part) == NULL)
+            goto fail;
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
+    if (chunks != NULL) {
+        for (Py_ssize_t part = 0; part < partitions; part++)
+            PyMem_Free(chunks[part].buf.p);
+        PyMem_Free(chunks);
+    }
+    arrow_bin_close(&val);
+    arrow_bin_close(&key);
+    return out;
+}
+
+static PyMethodDef module_methods[] = {
+    {"encode_records", encode_records, METH_VARARGS,
+     "encode_records(value_validity, value_offsets, value_data, value_first, key_validity, key_offsets, "
+     "key_data, key_first, n, partitions, null_partition, max_bytes) -> [(partition, count, records), ...]"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "spark_jobs._record_columns",
-    .m_doc = "Compiled decoder of v2 records into Arrow column buffers (see spark_jobs.raw_reader).",
+    .m_doc = "Compiled decoder of v2 records into Arrow column buffers (spark_jobs.raw_reader) and the "
+             "sink's encoder of Arrow columns into v2 records (spark_jobs.raw_writer).",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__record_columns(void)

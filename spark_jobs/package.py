@@ -75,7 +75,7 @@ def packages(root: Path = REPO_ROOT) -> list[str]:
 def _files(root: Path, pkg: str) -> list[Path]:
     # No compiled extensions: a module inside a zip cannot be one (zipimport loads only Python), and
     # a build of this machine would make the zip's bytes depend on it. Their importers fall back to
-    # Python where they are missing (storage.record_validation, spark_jobs.raw_reader).
+    # Python where they are missing (storage.record_validation, spark_jobs.raw_reader, raw_writer).
     return sorted(p for p in (root / pkg).rglob("*")
                   if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo", ".so"))
 

@@ -55,7 +55,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from . import kafka_io
+from . import kafka_io, raw_writer
 from .sink_parts import CRASH_ENV, FailTask, Rows, TaskReport, crash_driver
 
 log = logging.getLogger(__name__)
@@ -65,9 +65,10 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"  # StreamExecution.QUERY_ID_KEY: sta
 
 # Producers of deliberately failed attempts are kept alive here so their transactions stay open
 # until the retry fences them, as a hung or partitioned executor would.
-_ZOMBIES: list[tuple[str | None, Producer]] = []
+_ZOMBIES: list[tuple[str | None, Producer | raw_writer.RawTransaction]] = []
 # Commit-log topics (and partition counts) this worker process already made sure of.
 _KNOWN_COMMIT_TOPICS: dict[str, int] = {}
+_Setup = tuple[Producer | raw_writer.RawTransaction, int | None]  # a task's producer, last committed batch
 
 
 def _mode(value: str | None) -> str:
@@ -132,6 +133,9 @@ class _WriterBase:
         self.commit_prefix = self.opt("kbroker.sink.commitLogTopicPrefix") or "_kbroker_spark_commits."
         self.sink_name = self.opt("kbroker.sink.name") or ""
         self.fail_task = FailTask.parse(self.opt("kbroker.fault.failTask"))
+        self.columns = [f.name for f in schema.fields]
+        # false: librdkafka writes every transaction (spark_jobs.raw_writer says when it cannot anyway)
+        self.raw_writer = _bool(self.opt("rawWriter"), True)
 
     def opt(self, name: str) -> str | None:
         return self.options.get(name.lower())
@@ -165,12 +169,33 @@ class _WriterBase:
         if err is not None and self._delivery_error is None:
             self._delivery_error = err
 
+    def _fault(self, batch_id: int | None, partition: int, attempt: int) -> FailTask | None:
+        """The injected failure (kbroker.fault.failTask) this task attempt must suffer, if any."""
+        fault = self.fail_task
+        if fault is not None and attempt == 0 and fault.partition == partition and fault.batch in (None, batch_id):
+            return fault
+        return None
+
+    def produce_raw(self, txn: raw_writer.RawTransaction, batches: Iterator[pa.RecordBatch], *,
+                    batch_id: int | None, partition: int, attempt: int) -> int:
+        """The raw writer's counterpart of :meth:`produce_all` (spark_jobs/raw_writer.py)."""
+        assert self.topic is not None  # raw_writer.usable: no topic column
+        fault = self._fault(batch_id, partition, attempt)
+        count = 0
+        for batch in batches:
+            if fault is not None and count + batch.num_rows >= fault.after_rows:
+                count += txn.write(batch.slice(0, fault.after_rows - count), self.topic)
+                txn.flush()  # the rows reach the broker inside the still-open transaction
+                _ZOMBIES.append((txn.transactional_id, txn))
+                if fault.mode == "kill":
+                    os.kill(os.getpid(), signal.SIGKILL)
+                raise RuntimeError(f"kbroker.fault.failTask: injected failure after {fault.after_rows} rows")
+            count += txn.write(batch, self.topic)
+        return count
+
     def produce_all(self, producer: Producer, batches: Iterator[pa.RecordBatch], *, batch_id: int | None,
                     partition: int, attempt: int) -> int:
-        fault = self.fail_task
-        if fault is not None and not (attempt == 0 and fault.partition == partition
-                                      and (fault.batch is None or fault.batch == batch_id)):
-            fault = None
+        fault = self._fault(batch_id, partition, attempt)
         count = 0
         for batch in batches:
             rows = Rows(batch, self.topic)
@@ -224,17 +249,28 @@ class _WriterBase:
         return TaskReport(partition, batch_id, attempt, n, False, None)
 
     def begin_task(self, *, transactional_id: str, batch_id: int | None,
-                   commit_log: tuple[str, int] | None) -> tuple[Producer, int | None]:
+                   commit_log: tuple[str, int] | None) -> _Setup:
         """A task's set-up before its first row: fence earlier attempts, find the last committed batch.
 
-        Returns the initialised producer and, with a commit log, the batch id of the last marker
-        this transactional id committed (None when there is none).
+        Returns the initialised producer (the raw writer's when it can serve the task) and, with a
+        commit log, the batch id of the last marker this transactional id committed (None when
+        there is none).
         """
-        producer = self.producer(transactional_id)
+        producer: Producer | raw_writer.RawTransaction
+        if raw_writer.usable(self.conf, self.columns, self.raw_writer):
+            producer = raw_writer.RawTransaction(self.conf, transactional_id)
+            try:
+                producer.init()  # fences as init_transactions does
+            except BaseException:
+                producer.close()
+                raise
+        else:
+            producer = self.producer(transactional_id)
+            # Fences every earlier attempt with this id and completes (aborts) what it left open.
+            producer.init_transactions(60)
         self._transactional_id = transactional_id
-        # Fences every earlier attempt with this id and completes (aborts) what it left open.
-        producer.init_transactions(60)
-        # Zombies of this id in this process are fenced now; let them go.
+        # Zombies of this id in this process are fenced now; let them go (a raw writer's keeps its
+        # loop thread: test hooks only, as a hung executor would).
         _ZOMBIES[:] = [z for z in _ZOMBIES if z[0] != transactional_id]
         last = None
         if commit_log is not None:
@@ -255,6 +291,9 @@ class _WriterBase:
                                              commit_log=commit_log)
         else:
             producer, last = started.result()
+        if isinstance(producer, raw_writer.RawTransaction):
+            return self._write_raw(producer, last, batches, transactional_id=transactional_id, batch_id=batch_id,
+                                   partition=partition, attempt=attempt, commit_log=commit_log)
         if commit_log is not None:
             assert batch_id is not None
             if last is not None and last >= batch_id:
@@ -272,6 +311,34 @@ class _WriterBase:
         self.check_delivery()
         return TaskReport(partition, batch_id, attempt, n, False, transactional_id)
 
+    def _write_raw(self, txn: raw_writer.RawTransaction, last: int | None, batches: Iterator[pa.RecordBatch], *,
+                   transactional_id: str, batch_id: int | None, partition: int, attempt: int,
+                   commit_log: tuple[str, int] | None) -> TaskReport:
+        """:meth:`write_transaction` through the raw writer."""
+        zombie = False
+        try:
+            if commit_log is not None:
+                assert batch_id is not None
+                if last is not None and last >= batch_id:
+                    for _ in batches:  # Spark expects the input consumed
+                        pass
+                    log.info("%s: batch %d already committed (last %d); skipping", transactional_id, batch_id, last)
+                    return TaskReport(partition, batch_id, attempt, 0, True, transactional_id)
+            txn.begin()
+            try:
+                n = self.produce_raw(txn, batches, batch_id=batch_id, partition=partition, attempt=attempt)
+            except RuntimeError:
+                zombie = any(z[1] is txn for z in _ZOMBIES)
+                raise
+            if commit_log is not None:
+                marker = {"batchId": batch_id, "partition": partition, "attempt": attempt, "records": n}
+                txn.marker(commit_log[0], commit_log[1], transactional_id.encode(), json.dumps(marker).encode())
+            txn.commit()
+            return TaskReport(partition, batch_id, attempt, n, False, transactional_id)
+        finally:
+            if not zombie:
+                txn.close()
+
     def micro_batch_ids(self, query_id: str, partition: int) -> tuple[str, tuple[str, int]]:
         """The transactional id and commit-log partition of task ``partition`` of query ``query_id``."""
         # Two kbroker writes in one foreachBatch need distinct names, or they would share ids and markers.
@@ -286,7 +353,7 @@ class _WriterBase:
     def start_micro_batch(self, *, query_id: str, batch_id: int, partition: int) -> _Started:
         """Run the exactly-once set-up of a micro-batch task (:meth:`begin_task`) in the background."""
 
-        def setup() -> tuple[Producer, int | None]:
+        def setup() -> _Setup:
             transactional_id, commit_log = self.micro_batch_ids(query_id, partition)
             return self.begin_task(transactional_id=transactional_id, batch_id=batch_id, commit_log=commit_log)
 
@@ -310,9 +377,9 @@ class _Started:
     The librdkafka calls release the GIL, so the two overlap.
     """
 
-    def __init__(self, fn: Callable[[], tuple[Producer, int | None]]) -> None:
+    def __init__(self, fn: Callable[[], _Setup]) -> None:
         self._fn = fn
-        self._value: tuple[Producer, int | None] | None = None
+        self._value: _Setup | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="kbroker-sink-setup", daemon=True)
         self._thread.start()
@@ -323,7 +390,7 @@ class _Started:
         except BaseException as e:  # handed to the task's thread by result()
             self._error = e
 
-    def result(self) -> tuple[Producer, int | None]:
+    def result(self) -> _Setup:
         self._thread.join()
         if self._error is not None:
             raise self._error

@@ -104,9 +104,12 @@ class TwoPhaseProducer:
     # --- connections -------------------------------------------------------------------------
 
     async def _client(self, addr: tuple[str, int]) -> ProtocolClient:
-        if addr not in self._clients:
-            self._clients[addr] = await ProtocolClient(*addr, client_id="kbroker-2pc").connect()
-        return self._clients[addr]
+        client = self._clients.get(addr)
+        if client is None or not client.connected:  # new, or lost (a broker restarted): connect again
+            if client is not None and self._coordinator is client:
+                self._coordinator = None
+            client = self._clients[addr] = await ProtocolClient(*addr, client_id="kbroker-2pc").connect()
+        return client
 
     async def close(self) -> None:
         for c in self._clients.values():
@@ -125,7 +128,12 @@ class TwoPhaseProducer:
         deadline = time.monotonic() + self.retry_deadline_s
         backoff = 0.05
         while True:
-            code, result = await call()
+            try:
+                code, result = await call()
+            except (ConnectionError, OSError) as e:  # lost connection: find the coordinator again
+                if time.monotonic() > deadline:
+                    raise TwoPhaseError(f"{what}: {e!r}", ErrorCode.NETWORK_EXCEPTION) from e
+                code, result = ErrorCode.NOT_COORDINATOR, None
             if code == ErrorCode.NONE:
                 return result
             if code not in _RETRIABLE or time.monotonic() > deadline:

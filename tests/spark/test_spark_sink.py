@@ -12,7 +12,9 @@ from confluent_kafka import KafkaException
 from kafka_util import create_topic, produce, read_all, transactional_producer, values
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
+from spark_jobs import raw_writer as raw_writer_module
 from spark_jobs import sink
+from spark_jobs.twopc_producer import TwoPhaseError
 
 SINK_SCHEMA = StructType([StructField("key", BinaryType()), StructField("value", StringType())])
 
@@ -60,20 +62,28 @@ def test_marker_lookup_widens_past_many_aborted_attempts(broker: Any) -> None:
     assert sink.last_committed_batch(w.conf, "commits", 0, "q.0") == 7
 
 
-def test_retry_fences_the_failed_attempt(broker: Any) -> None:
-    """An attempt that failed mid-batch keeps its transaction open; the retry fences and aborts it."""
+@pytest.mark.parametrize("raw_writer", ["true", "false"])
+def test_retry_fences_the_failed_attempt(broker: Any, raw_writer: str) -> None:
+    """An attempt that failed mid-batch keeps its transaction open; the retry fences and aborts it
+    (the raw writer's and librdkafka's attempts alike)."""
     create_topic(broker.bootstrap, "out", partitions=1)
     create_topic(broker.bootstrap, "commits", partitions=1, config={"cleanup.policy": "compact"})
-    w = _writer(broker.bootstrap, "out", **{"kbroker.fault.failTask": "3:0:2"})
+    w = _writer(broker.bootstrap, "out", **{"kbroker.fault.failTask": "3:0:2", "rawWriter": raw_writer})
     with pytest.raises(RuntimeError, match="injected"):
         w.write_transaction(_batches(["a", "b", "c"]), transactional_id="q.0", batch_id=3, partition=0,
                             attempt=0, commit_log=("commits", 0))
     zombie = sink._ZOMBIES[-1][1]
+    assert isinstance(zombie, raw_writer_module.RawTransaction) == (raw_writer == "true")
     retry = w.write_transaction(_batches(["a", "b", "c"]), transactional_id="q.0", batch_id=3, partition=0,
                                 attempt=1, commit_log=("commits", 0))
     assert retry.records == 3 and not retry.skipped
-    with pytest.raises(KafkaException):
-        zombie.commit_transaction(30)
+    if isinstance(zombie, raw_writer_module.RawTransaction):
+        with pytest.raises(TwoPhaseError):
+            zombie.commit()
+        zombie.close()
+    else:
+        with pytest.raises(KafkaException):
+            zombie.commit_transaction(30)
     del zombie
     assert values(read_all(broker.bootstrap, "out")) == [b"a", b"b", b"c"]
     assert len(read_all(broker.bootstrap, "out", "read_uncommitted")) == 5  # the zombie's 2 are aborted

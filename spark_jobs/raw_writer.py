@@ -1,0 +1,377 @@
+"""The Spark sink's raw writer: one task's transaction written from its Arrow columns, without a
+librdkafka ``produce()`` (and a Python object) per row (issue 32, the sink's half of the path the
+raw reader started).
+
+``RawTransaction`` is a transactional producer over the protocol client (``SinkProducer``, the 2pc
+sink's producer, initialised without ``enable2Pc``) running on an event loop thread of its own, so
+the task's thread encodes the next Arrow batch while the previous one is on the wire. Each Arrow
+batch is encoded by the compiled ``encode_records`` (spark_jobs/_record_columns.c) into v2
+records split by partition: keyed rows by Java's murmur2 partitioner (where librdkafka's
+``murmur2_random`` and Spark's Kafka sink put them), keyless rows of one Arrow batch all to one
+partition, the next batch to the next one (librdkafka's sticky partitioning does the same per
+linger interval). Python adds a 61-byte batch header per chunk (transactional, producer id and
+epoch, the partition's next sequence number, CRC-32C) and sends the chunks as Produce v9 requests,
+acks=all, one request per leader per Arrow batch, at most ``MAX_IN_FLIGHT`` requests outstanding.
+
+Errors, as librdkafka's idempotent producer treats them: a chunk answered NOT_LEADER_OR_FOLLOWER,
+LEADER_NOT_AVAILABLE, REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS(_AFTER_APPEND) or lost with its
+connection is sent again, with the same sequence number, to the partition's leader of fresh
+metadata, in sequence order after every request in flight has been answered (chunks behind it in
+the same partition, answered OUT_OF_ORDER_SEQUENCE_NUMBER, go again behind it);
+DUPLICATE_SEQUENCE_NUMBER means the broker already has the chunk. Any other error fails the task
+(``TwoPhaseError``): Spark retries it, and the retry's InitProducerId fences this producer and
+aborts its transaction.
+
+It serves the common case only; ``usable`` says when: the compiled module is importable, the
+connection is PLAINTEXT, no compression is asked for, and the rows have only ``key`` and
+``value`` columns (one topic, partitioned by key). Everything else, and the writer option
+``rawWriter=false``, goes through librdkafka as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pyarrow as pa
+from crc32c import crc32c
+from kafka.protocol.producer import AddPartitionsToTxnRequest, ProduceRequest
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from protocol.errors import ErrorCode
+
+from .twopc_producer import SinkProducer, TwoPhaseError
+
+try:
+    from ._record_columns import encode_records
+except ImportError:  # not built (or an executor that only has the shipped zip): librdkafka writes
+    encode_records = None
+
+T = TypeVar("T")
+
+MAX_CHUNK_BYTES = 1 << 20  # records per batch: under the broker's default message.max.bytes
+MAX_IN_FLIGHT = 5  # Produce requests outstanding, as librdkafka's max.in.flight for idempotence
+_RESEND = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.REQUEST_TIMED_OUT,
+           ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND}
+_LOST = -1  # a chunk whose request's connection broke before the answer
+_HELD = -2  # a chunk not sent because an earlier one of its partition failed
+_PRE = struct.Struct(">qiibI")  # base offset, batch length, partition leader epoch, magic, CRC
+_HEAD = struct.Struct(">hiqqqhii")  # attributes .. record count: what the CRC covers before the records
+_TRANSACTIONAL = 0x10
+
+
+def usable(conf: Mapping[str, str], column_names: Sequence[str], wanted: bool = True) -> bool:
+    """Whether the raw writer can write a task with these settings and columns (module docstring)."""
+    if encode_records is None or not wanted:
+        return False
+    if not set(column_names) <= {"key", "value"}:
+        return False
+    if str(conf.get("compression.type", conf.get("compression.codec", "none"))).lower() != "none":
+        return False
+    return str(conf.get("security.protocol", "plaintext")).lower() == "plaintext"
+
+
+def bootstrap_address(conf: Mapping[str, str]) -> str:
+    """The first ``bootstrap.servers`` entry as host:port."""
+    first = str(conf["bootstrap.servers"]).split(",")[0].strip()
+    return first.split("://", 1)[1] if "://" in first else first
+
+
+def _binary_buffers(column: pa.Array) -> tuple[Any, Any, Any, int]:
+    """(validity, int32 offsets, data, slice offset) of a string or binary column."""
+    if not (pa.types.is_binary(column.type) or pa.types.is_string(column.type)):
+        column = column.cast(pa.binary())
+    validity, offsets, data = column.buffers()[:3]
+    if column.null_count == 0:
+        validity = None
+    return validity, offsets, data if data is not None else b"", column.offset
+
+
+@dataclass
+class _Chunk:
+    topic: str
+    partition: int
+    sequence: int
+    count: int
+    batch: bytes
+
+
+class RawTransaction:
+    """A task's transactional producer (module docstring): ``init``, then per transaction ``begin``,
+    ``write`` each Arrow batch, ``marker``, ``commit`` (or ``abort``); ``close`` at the end."""
+
+    def __init__(self, conf: Mapping[str, str], transactional_id: str, *, transaction_timeout_ms: int = 60000,
+                 retry_deadline_s: float = 60.0) -> None:
+        self.transactional_id = transactional_id
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.retry_deadline_s = retry_deadline_s
+        self._producer = SinkProducer(bootstrap_address(conf), transactional_id, retry_deadline_s=retry_deadline_s)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="kbroker-raw-writer", daemon=True)
+        self._thread.start()
+        self._queue: asyncio.Queue[list[_Chunk] | asyncio.Future[None]] | None = None
+        self._sender: asyncio.Future[None] | None = None
+        self._next_keyless: dict[str, int] = {}
+        self._counts: dict[str, int] = {}
+        self.records = 0
+
+    # --- the task's side -----------------------------------------------------------------------
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def init(self) -> None:
+        """InitProducerId: fences every earlier producer of this id and aborts what it left open."""
+        self._call(self._producer.start(enable_2pc=False, transaction_timeout_ms=self.transaction_timeout_ms))
+
+    def begin(self) -> None:
+        self._call(self._begin())
+
+    def write(self, batch: pa.RecordBatch, topic: str) -> int:
+        """Encode ``batch`` (key and value columns) and queue its chunks for sending; its row count."""
+        n = batch.num_rows
+        if n == 0:
+            return 0
+        count = self._counts.get(topic)
+        if count is None:
+            count = self._counts[topic] = self._call(self._producer.partition_count(topic))
+        names = batch.schema.names
+        value = _binary_buffers(batch.column(names.index("value")))
+        key = _binary_buffers(batch.column(names.index("key"))) if "key" in names else (None, None, None, 0)
+        keyless = self._next_keyless.get(topic, zlib.crc32(self.transactional_id.encode()) % count) % count
+        self._next_keyless[topic] = keyless + 1
+        encoded = encode_records(*value, *key, n, count, keyless, MAX_CHUNK_BYTES)
+        chunks = [self._chunk(topic, p, c, records) for p, c, records in encoded]
+        self._loop.call_soon_threadsafe(self._put, chunks)
+        self.records += n
+        return n
+
+    def marker(self, topic: str, partition: int, key: bytes, value: bytes) -> None:
+        """One record (the sink's commit marker) to ``topic``/``partition`` in this transaction."""
+        tp = (topic, partition)
+        seq = self._producer._sequences.get(tp, 0)
+        builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=True,
+                                            producer_id=self._producer.producer_id,
+                                            producer_epoch=self._producer.epoch, base_sequence=seq,
+                                            batch_size=1 << 30)
+        builder.append(0, timestamp=int(time.time() * 1000), key=key, value=value, headers=[])
+        self._producer._sequences[tp] = seq + 1
+        self._loop.call_soon_threadsafe(self._put, [_Chunk(topic, partition, seq, 1, bytes(builder.build()))])
+
+    def flush(self) -> None:
+        """Wait until every chunk written is acknowledged; the transaction stays open (``begin`` to
+        write more)."""
+        self._call(self._flush())
+
+    def commit(self) -> None:
+        """Wait for every chunk's acknowledgement, then EndTxn(commit)."""
+        self._call(self._end(True))
+
+    def abort(self) -> None:
+        self._call(self._end(False))
+
+    def close(self) -> None:
+        try:
+            self._call(self._close())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+            self._loop.close()
+
+    def _chunk(self, topic: str, partition: int, count: int, records: bytes) -> _Chunk:
+        p = self._producer
+        tp = (topic, partition)
+        seq = p._sequences.get(tp, 0)
+        p._sequences[tp] = seq + count
+        now = int(time.time() * 1000)
+        head = _HEAD.pack(_TRANSACTIONAL, count - 1, now, now, p.producer_id, p.epoch, seq, count)
+        crc = crc32c(records, crc32c(head))
+        pre = _PRE.pack(0, 49 + len(records), -1, 2, crc)
+        return _Chunk(topic, partition, seq, count, b"".join((pre, head, records)))
+
+    # --- the loop's side -----------------------------------------------------------------------
+
+    async def _begin(self) -> None:
+        if self._producer.producer_id < 0:
+            raise RuntimeError("init() first")
+        self._queue = asyncio.Queue()
+        self._failed: list[tuple[_Chunk, int]] = []
+        self._in_flight: set[asyncio.Future[None]] = set()
+        self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self._sender = asyncio.ensure_future(self._send_loop())
+
+    def _put(self, item: list[_Chunk] | asyncio.Future[None]) -> None:
+        assert self._queue is not None, "begin() first"
+        self._queue.put_nowait(item)
+
+    async def _send_loop(self) -> None:
+        """Sends queued chunks in queue order (so each partition's sequence numbers go out in order).
+
+        The first error stops the sending; it is handed to the flush that ends the transaction."""
+        assert self._queue is not None
+        error: BaseException | None = None
+        while True:
+            item = await self._queue.get()
+            if isinstance(item, asyncio.Future):
+                await asyncio.gather(*self._in_flight)
+                try:
+                    if error is not None:
+                        raise error
+                    await self._resend_failed()
+                except BaseException as e:  # handed to the committing task
+                    item.set_exception(e)
+                else:
+                    item.set_result(None)
+                return
+            if error is None:
+                try:
+                    await self._send(item)
+                except Exception as e:
+                    error = e
+
+    async def _send(self, item: list[_Chunk]) -> None:
+        await self._add_partitions({(c.topic, c.partition) for c in item})
+        p = self._producer
+        by_leader: dict[tuple[str, int], list[_Chunk]] = {}
+        for c in item:
+            if (c.topic, c.partition) not in p._leaders:
+                try:
+                    await p._metadata(c.topic)  # once per topic
+                except (ConnectionError, OSError, TwoPhaseError):  # the flush sends it again, with retries
+                    self._failed.append((c, _LOST))
+                    continue
+            by_leader.setdefault(p._leaders[(c.topic, c.partition)], []).append(c)
+        for addr, chunks in by_leader.items():
+            client = p._clients.get(addr)
+            if client is not None and not client.connected:
+                # Its requests in flight are lost: know which before a new connection sends chunks
+                # that would overtake them in their partitions.
+                await asyncio.gather(*self._in_flight)
+            blocked = {(c.topic, c.partition) for c, _ in self._failed}
+            held = [c for c in chunks if (c.topic, c.partition) in blocked]
+            self._failed += [(c, _HELD) for c in held]  # behind a failed chunk: sent after it, at the flush
+            chunks = [c for c in chunks if (c.topic, c.partition) not in blocked]
+            if not chunks:
+                continue
+            await self._slots.acquire()
+            fut = asyncio.ensure_future(self._produce(addr, chunks))
+            self._in_flight.add(fut)
+            fut.add_done_callback(self._in_flight.discard)
+
+    async def _add_partitions(self, tps: set[tuple[str, int]]) -> None:
+        p = self._producer
+        new = sorted(tps - p._added)
+        if not new:
+            return
+        topics: dict[str, list[int]] = {}
+        for topic, partition in new:
+            topics.setdefault(topic, []).append(partition)
+
+        async def add() -> tuple[int, None]:
+            c = await p._coord()
+            R = AddPartitionsToTxnRequest
+            resp = await c.request(R(
+                version=3, v3_and_below_transactional_id=p.transactional_id,
+                v3_and_below_producer_id=p.producer_id, v3_and_below_producer_epoch=p.epoch,
+                v3_and_below_topics=[R.AddPartitionsToTxnTopic(version=3, name=t, partitions=ps)
+                                     for t, ps in topics.items()]), 3)
+            codes = [r.partition_error_code for t in resp.results_by_topic_v3_and_below for r in t.results_by_partition]
+            return max(codes, key=lambda code: code != 0), None
+        await p._retrying("AddPartitionsToTxn", add)
+        p._added.update(new)
+
+    async def _produce(self, addr: tuple[str, int], chunks: list[_Chunk]) -> None:
+        """One Produce request; chunks not acknowledged go to ``_failed`` with their error code."""
+        try:
+            for c, code in zip(chunks, await self._request(addr, chunks), strict=True):
+                if code not in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
+                    self._failed.append((c, code))
+        finally:
+            self._slots.release()
+
+    async def _request(self, addr: tuple[str, int], chunks: list[_Chunk]) -> list[int]:
+        """Error codes of ``chunks`` sent to the broker at ``addr`` in one Produce v9 request."""
+        P = ProduceRequest.TopicProduceData
+        topics: dict[str, list[Any]] = {}
+        for c in chunks:
+            topics.setdefault(c.topic, []).append(P.PartitionProduceData(version=9, index=c.partition, records=c.batch))
+        req = ProduceRequest(version=9, transactional_id=self.transactional_id, acks=-1, timeout_ms=30000,
+                             topic_data=[P(version=9, name=t, partition_data=ps) for t, ps in topics.items()])
+        try:
+            client = await self._producer._client(addr)
+            resp = await client.request(req, 9, timeout_s=self.retry_deadline_s)
+        except (ConnectionError, OSError, TimeoutError):
+            await self._forget(addr)
+            return [_LOST] * len(chunks)
+        codes = {(t.name, p.index): p.error_code for t in resp.responses for p in t.partition_responses}
+        return [codes.get((c.topic, c.partition), ErrorCode.UNKNOWN_SERVER_ERROR) for c in chunks]
+
+    async def _forget(self, addr: tuple[str, int]) -> None:
+        client = self._producer._clients.pop(addr, None)
+        if client is not None:
+            if self._producer._coordinator is client:
+                self._producer._coordinator = None
+            await client.close()
+
+    async def _resend_failed(self) -> None:
+        """Send again, in each partition's sequence order, what was not acknowledged (module docstring)."""
+        failed = sorted(self._failed, key=lambda f: (f[0].topic, f[0].partition, f[0].sequence))
+        self._failed = []
+        behind: set[tuple[str, int]] = set()  # partitions whose earlier chunk failed
+        for chunk, code in failed:
+            tp = (chunk.topic, chunk.partition)
+            if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and tp not in behind:
+                raise TwoPhaseError(f"Produce {tp[0]}-{tp[1]}", code)
+            if code not in _RESEND and code not in (_LOST, _HELD, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER):
+                raise TwoPhaseError(f"Produce {tp[0]}-{tp[1]}", code)
+            behind.add(tp)
+            deadline = time.monotonic() + self.retry_deadline_s
+            backoff = 0.05
+            while True:
+                self._producer._leaders.pop(tp, None)
+                try:
+                    await self._producer._leader(*tp)
+                except TwoPhaseError:
+                    code = ErrorCode.LEADER_NOT_AVAILABLE
+                else:
+                    [code] = await self._request(self._producer._leaders[tp], [chunk])
+                if code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
+                    break
+                if (code not in _RESEND and code != _LOST) or time.monotonic() > deadline:
+                    raise TwoPhaseError(f"Produce {tp[0]}-{tp[1]}", code)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+
+    async def _flush(self) -> None:
+        if self._sender is None:
+            return
+        done: asyncio.Future[None] = self._loop.create_future()
+        self._put(done)
+        try:
+            await done
+        finally:
+            await self._sender
+            self._sender = None
+            self._queue = None
+
+    async def _end(self, commit: bool) -> None:
+        try:
+            await self._flush()
+        except BaseException:
+            if commit:
+                raise
+        await self._producer._end(commit)
+
+    async def _close(self) -> None:
+        if self._sender is not None:
+            self._sender.cancel()
+            for fut in list(self._in_flight):
+                fut.cancel()
+        await self._producer.close()
+

@@ -1,0 +1,89 @@
+"""The Spark raw writer's compiled encoder (spark_jobs/_record_columns.c, encode_records) and batch
+header: records and partitions checked against kafka-python's decoder and murmur2, chunk sizes,
+Arrow slices and nulls, and bad input refused."""
+
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+import pytest
+from kafka.partitioner.default import murmur2
+from kafka.record.default_records import DefaultRecordBatch
+
+from spark_jobs import raw_writer
+
+pytestmark = pytest.mark.skipif(raw_writer.encode_records is None, reason="spark_jobs._record_columns is not built")
+
+
+class _Producer:
+    producer_id, epoch = 4242, 7
+    _sequences: dict[tuple[str, int], int] = {}
+
+
+def _header(partition: int, count: int, records: bytes) -> bytes:
+    """The batch RawTransaction sends for this chunk (its _chunk, with a stand-in producer)."""
+    txn = raw_writer.RawTransaction.__new__(raw_writer.RawTransaction)
+    txn._producer = _Producer()  # type: ignore[assignment]
+    return txn._chunk("t", partition, count, records).batch
+
+
+def _encode(values: pa.Array, keys: pa.Array | None, partitions: int, null_partition: int,
+            max_bytes: int = 1 << 20) -> list[tuple[int, int, bytes]]:
+    key_bufs = raw_writer._binary_buffers(keys) if keys is not None else (None, None, None, 0)
+    return raw_writer.encode_records(*raw_writer._binary_buffers(values), *key_bufs, len(values), partitions,
+                                     null_partition, max_bytes)
+
+
+def test_records_and_partitions_match_kafka_python() -> None:
+    rng = random.Random(7)
+    n = 3000
+    keys = [None if i % 5 == 0 else bytes(rng.randrange(256) for _ in range(i % 13)) for i in range(n + 20)]
+    vals = [None if i % 7 == 0 else b"v%d" % i * (i % 9) for i in range(n + 20)]
+    key_col, val_col = pa.array(keys, pa.binary()).slice(20), pa.array(vals, pa.binary()).slice(20)
+    got: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
+    _Producer._sequences = {}
+    for partition, count, records in _encode(val_col, key_col, 7, 3, max_bytes=2000):
+        batch = DefaultRecordBatch(_header(partition, count, records))
+        assert batch.validate_crc()
+        assert (batch.producer_id, batch.producer_epoch, batch.is_transactional) == (4242, 7, True)
+        rows = list(batch)
+        assert [r.offset for r in rows] == list(range(count))
+        got.setdefault(partition, []).extend((r.key, r.value) for r in rows)
+    expected: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
+    for k, v in zip(keys[20:], vals[20:], strict=True):
+        part = 3 if k is None else (murmur2(k) & 0x7FFFFFFF) % 7
+        expected.setdefault(part, []).append((k, v))
+    assert got == expected
+    # Each partition's sequence numbers run on across its chunks.
+    assert sum(_Producer._sequences.values()) == n
+
+
+def test_chunks_stay_under_max_bytes_except_single_large_records() -> None:
+    vals = pa.array([b"x" * 50] * 100 + [b"y" * 5000] + [b"z" * 50] * 100, pa.binary())
+    chunks = _encode(vals, None, 1, 0, max_bytes=1000)
+    assert sum(c for _, c, _ in chunks) == 201
+    for _, count, records in chunks:
+        assert len(records) <= 1000 or count == 1
+    assert any(count == 1 and len(records) > 5000 for _, count, records in chunks)
+
+
+def test_string_columns_and_keyless_rows() -> None:
+    vals = pa.array(["é", None, "", "abc"], pa.string())
+    [(partition, count, records)] = _encode(vals, None, 4, 2)
+    assert (partition, count) == (2, 4)
+    rows = list(DefaultRecordBatch(_header(partition, count, records)))
+    assert [(r.key, r.value) for r in rows] == [(None, "é".encode()), (None, None), (None, b""), (None, b"abc")]
+
+
+def test_bad_arguments_are_refused() -> None:
+    vals = pa.array([b"a", b"b"], pa.binary())
+    with pytest.raises(ValueError):
+        _encode(vals, None, 2, 2)  # null partition outside the topic
+    with pytest.raises(ValueError):
+        _encode(vals, None, 0, 0)
+    validity, offsets, data, first = raw_writer._binary_buffers(vals)
+    with pytest.raises(ValueError):  # more rows than the buffers hold
+        raw_writer.encode_records(validity, offsets, data, first, None, None, None, 0, 5, 1, 0, 1000)
+    with pytest.raises(ValueError):  # no value column
+        raw_writer.encode_records(None, None, None, 0, None, None, None, 0, 2, 1, 0, 1000)
