@@ -494,7 +494,9 @@ class KBrokerStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
         batches = _nonempty(iterator)
         if batches is None:
             if started is not None:
-                started.result()  # nothing begun: the producer has no transaction open
+                producer, _ = started.result()  # nothing begun: the producer has no transaction open
+                if isinstance(producer, raw_writer.RawTransaction):
+                    producer.close()  # its loop thread and connections
             # Nothing to write; a replay of this batch is empty too, so no marker is needed.
             return TaskReport(partition, batch_id, attempt, 0, False, None)
         if self.twopc is not None:

@@ -6,6 +6,7 @@ transaction loses nothing and duplicates nothing."""
 
 from __future__ import annotations
 
+import threading
 import zlib
 from typing import Any
 
@@ -143,3 +144,37 @@ def test_usable() -> None:
     assert not raw_writer.usable({**plain, "compression.type": "lz4"}, ["value"])
     assert raw_writer.usable({**plain, "compression.type": "none"}, ["value"])
     assert not raw_writer.usable({**plain, "security.protocol": "SASL_SSL"}, ["value"])
+
+
+def test_an_empty_task_closes_its_raw_writer(broker: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task with no rows still fences its id (the set-up starts before the input); it must close
+    the raw writer it started, or every empty task would leave a loop thread in the Python worker."""
+    import pyspark
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    from spark_jobs import sink
+
+    props = {sink.BATCH_ID_PROPERTY: "0", sink.QUERY_ID_PROPERTY: "q-empty"}
+
+    class Context:  # the three things the sink asks of Spark's TaskContext
+        def partitionId(self) -> int:  # noqa: N802 - Spark's names
+            return 0
+
+        def attemptNumber(self) -> int:  # noqa: N802
+            return 0
+
+        def getLocalProperty(self, key: str) -> str:  # noqa: N802
+            return props[key]
+
+    monkeypatch.setattr(pyspark.TaskContext, "get", staticmethod(lambda: Context()))
+    schema = StructType([StructField("key", BinaryType()), StructField("value", StringType())])
+    w = sink.KBrokerStreamWriter({"kafka.bootstrap.servers": broker.bootstrap, "topic": "raw-e"}, schema)
+
+    def loops() -> int:
+        return sum(t.name == "kbroker-raw-writer" and t.is_alive() for t in threading.enumerate())
+
+    before = loops()
+    for _ in range(3):
+        report = w.write(iter([]))
+        assert report.records == 0
+    assert loops() == before
