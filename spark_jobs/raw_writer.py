@@ -121,6 +121,14 @@ class RawTransaction:
         self._counts: dict[str, int] = {}
         self.records = 0
 
+    @property
+    def producer_id(self) -> int:
+        return self._producer.producer_id
+
+    @property
+    def epoch(self) -> int:
+        return self._producer.epoch
+
     # --- the task's side -----------------------------------------------------------------------
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:

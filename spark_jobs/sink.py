@@ -68,6 +68,12 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"  # StreamExecution.QUERY_ID_KEY: sta
 _ZOMBIES: list[tuple[str | None, Producer | raw_writer.RawTransaction]] = []
 # Commit-log topics (and partition counts) this worker process already made sure of.
 _KNOWN_COMMIT_TOPICS: dict[str, int] = {}
+# transactional id -> (producer id, epoch, batch id) of the last marker this worker process committed
+# with the raw writer. The coordinator bumps a transactional id's epoch on every InitProducerId (and
+# on a timeout abort), so when this process's next InitProducerId returns the same producer id and
+# exactly that epoch + 1, nobody else can have written a marker since: the batch id is the last
+# committed one, and the task need not read the commit log (begin_task).
+_COMMITTED: dict[str, tuple[int, int, int]] = {}
 _Setup = tuple[Producer | raw_writer.RawTransaction, int | None]  # a task's producer, last committed batch
 
 
@@ -274,8 +280,13 @@ class _WriterBase:
         _ZOMBIES[:] = [z for z in _ZOMBIES if z[0] != transactional_id]
         last = None
         if commit_log is not None:
-            # Only after init_transactions: no earlier attempt can commit a marker any more.
-            last = last_committed_batch(self.conf, commit_log[0], commit_log[1], transactional_id)
+            known = _COMMITTED.pop(transactional_id, None)
+            if isinstance(producer, raw_writer.RawTransaction) and known is not None and \
+                    known[:2] == (producer.producer_id, producer.epoch - 1):
+                last = known[2]  # see _COMMITTED
+            else:
+                # Only after init_transactions: no earlier attempt can commit a marker any more.
+                last = last_committed_batch(self.conf, commit_log[0], commit_log[1], transactional_id)
         return producer, last
 
     def write_transaction(self, batches: Iterator[pa.RecordBatch], *, transactional_id: str,
@@ -323,6 +334,7 @@ class _WriterBase:
                     for _ in batches:  # Spark expects the input consumed
                         pass
                     log.info("%s: batch %d already committed (last %d); skipping", transactional_id, batch_id, last)
+                    _COMMITTED[transactional_id] = (txn.producer_id, txn.epoch, last)
                     return TaskReport(partition, batch_id, attempt, 0, True, transactional_id)
             txn.begin()
             try:
@@ -334,6 +346,9 @@ class _WriterBase:
                 marker = {"batchId": batch_id, "partition": partition, "attempt": attempt, "records": n}
                 txn.marker(commit_log[0], commit_log[1], transactional_id.encode(), json.dumps(marker).encode())
             txn.commit()
+            if commit_log is not None:
+                assert batch_id is not None
+                _COMMITTED[transactional_id] = (txn.producer_id, txn.epoch, batch_id)
             return TaskReport(partition, batch_id, attempt, n, False, transactional_id)
         finally:
             if not zombie:

@@ -157,3 +157,40 @@ def test_replayed_batch_after_driver_loss_is_not_written_twice(spark: Any, broke
     produce(broker.bootstrap, "in", [(i % 2, None, f"msg-{i}".encode()) for i in range(n, n + more)])
     _uppercase_stream(spark, broker.bootstrap, ck, "in", "out")
     _expect_uppercased_once(broker.bootstrap, n + more, "out")
+
+
+def test_raw_writer_skips_the_marker_lookup_only_while_no_one_else_used_the_id(
+        broker: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The raw writer remembers the batch it committed last per transactional id and trusts it when
+    its next InitProducerId returns exactly the next epoch; any other producer of the id in between
+    (another executor's attempt) moves the epoch further, and the commit log is read again."""
+    create_topic(broker.bootstrap, "out", partitions=1)
+    create_topic(broker.bootstrap, "commits", partitions=1, config={"cleanup.policy": "compact"})
+    w = _writer(broker.bootstrap, "out", rawWriter="true")
+    sink._COMMITTED.pop("q.0", None)
+    lookups = []
+    real_lookup = sink.last_committed_batch
+
+    def counted(*args: Any) -> int | None:
+        lookups.append(args)
+        return real_lookup(*args)
+
+    monkeypatch.setattr(sink, "last_committed_batch", counted)
+
+    def write(batch_id: int, vals: list[str]) -> sink.TaskReport:
+        return w.write_transaction(_batches(vals), transactional_id="q.0", batch_id=batch_id, partition=0,
+                                   attempt=0, commit_log=("commits", 0))
+
+    assert write(0, ["a"]).records == 1 and len(lookups) == 1
+    assert write(1, ["b"]).records == 1 and len(lookups) == 1  # remembered: no read of the commit log
+    assert write(1, ["b"]).skipped and len(lookups) == 1  # a replay, skipped on what was remembered
+    # Batch 2 written by another process's producer of the same id (a task attempt elsewhere).
+    other = transactional_producer(broker.bootstrap, "q.0")
+    other.begin_transaction()
+    other.produce("out", b"c", partition=0)
+    other.produce("commits", json.dumps({"batchId": 2}).encode(), b"q.0", partition=0)
+    other.commit_transaction(30)
+    del other
+    assert write(2, ["c"]).skipped and len(lookups) == 2  # the epoch moved by two: read, found, skipped
+    assert write(3, ["d"]).records == 1
+    assert values(read_all(broker.bootstrap, "out")) == [b"a", b"b", b"c", b"d"]
