@@ -11,7 +11,9 @@ records split by partition: keyed rows by Java's murmur2 partitioner (where libr
 partition, the next batch to the next one (librdkafka's sticky partitioning does the same per
 linger interval). Python adds a 61-byte batch header per chunk (transactional, producer id and
 epoch, the partition's next sequence number, CRC-32C) and sends the chunks as Produce v9 requests,
-acks=all, one request per leader per Arrow batch, at most ``MAX_IN_FLIGHT`` requests outstanding.
+acks=all, one request per leader per Arrow batch, at most ``MAX_IN_FLIGHT`` requests outstanding;
+``write`` waits while ``MAX_BUFFERED`` bytes are encoded but not yet answered, so a task faster than
+the broker does not buffer its whole input.
 
 Errors, as librdkafka's idempotent producer treats them: a chunk answered NOT_LEADER_OR_FOLLOWER,
 LEADER_NOT_AVAILABLE, REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS(_AFTER_APPEND) or lost with its
@@ -19,7 +21,7 @@ connection is sent again, with the same sequence number, to the partition's lead
 metadata, in sequence order after every request in flight has been answered (chunks behind it in
 the same partition, answered OUT_OF_ORDER_SEQUENCE_NUMBER, go again behind it);
 DUPLICATE_SEQUENCE_NUMBER means the broker already has the chunk. Any other error fails the task
-(``TwoPhaseError``): Spark retries it, and the retry's InitProducerId fences this producer and
+(``TwoPhaseError``, from the next ``write`` or the commit): Spark retries it, and the retry's InitProducerId fences this producer and
 aborts its transaction.
 
 It serves the common case only; ``usable`` says when: the compiled module is importable, the
@@ -57,6 +59,7 @@ T = TypeVar("T")
 
 MAX_CHUNK_BYTES = 1 << 20  # records per batch: under the broker's default message.max.bytes
 MAX_IN_FLIGHT = 5  # Produce requests outstanding, as librdkafka's max.in.flight for idempotence
+MAX_BUFFERED = 32 << 20  # bytes encoded but not yet answered: write() waits above it
 _RESEND = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.REQUEST_TIMED_OUT,
            ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND}
 _LOST = -1  # a chunk whose request's connection broke before the answer
@@ -118,6 +121,11 @@ class RawTransaction:
         self._queue: asyncio.Queue[list[_Chunk] | asyncio.Future[None]] | None = None
         self._sender: asyncio.Future[None] | None = None
         self._next_keyless: dict[str, int] = {}
+        # Bytes queued or in flight (write() waits while MAX_BUFFERED are), and the first error of
+        # the sending, raised by the next write() as well as by the commit.
+        self._room = threading.Condition()
+        self._buffered = 0
+        self._send_error: BaseException | None = None
         self._counts: dict[str, int] = {}
         self.records = 0
 
@@ -155,10 +163,28 @@ class RawTransaction:
         keyless = self._next_keyless.get(topic, zlib.crc32(self.transactional_id.encode()) % count) % count
         self._next_keyless[topic] = keyless + 1
         encoded = encode_records(*value, *key, n, count, keyless, MAX_CHUNK_BYTES)
-        chunks = [self._chunk(topic, p, c, records) for p, c, records in encoded]
-        self._loop.call_soon_threadsafe(self._put, chunks)
+        self._queue_chunks([self._chunk(topic, p, c, records) for p, c, records in encoded])
         self.records += n
         return n
+
+    def _queue_chunks(self, chunks: list[_Chunk]) -> None:
+        size = sum(len(c.batch) for c in chunks)
+        with self._room:
+            if not self._room.wait_for(lambda: self._buffered < MAX_BUFFERED or self._send_error is not None,
+                                       timeout=self.retry_deadline_s):
+                raise TimeoutError(f"no Produce answered within {self.retry_deadline_s} s")
+            if self._send_error is not None:
+                raise self._send_error
+            self._buffered += size
+        self._loop.call_soon_threadsafe(self._put, chunks)
+
+    def _release(self, chunks: list[_Chunk], error: BaseException | None = None) -> None:
+        """``chunks`` left the buffer (answered, failed or dropped); ``error``: the sending failed."""
+        with self._room:
+            self._buffered -= sum(len(c.batch) for c in chunks)
+            if error is not None and self._send_error is None:
+                self._send_error = error
+            self._room.notify_all()
 
     def marker(self, topic: str, partition: int, key: bytes, value: bytes) -> None:
         """One record (the sink's commit marker) to ``topic``/``partition`` in this transaction."""
@@ -170,7 +196,7 @@ class RawTransaction:
                                             batch_size=1 << 30)
         builder.append(0, timestamp=int(time.time() * 1000), key=key, value=value, headers=[])
         self._producer._sequences[tp] = seq + 1
-        self._loop.call_soon_threadsafe(self._put, [_Chunk(topic, partition, seq, 1, bytes(builder.build()))])
+        self._queue_chunks([_Chunk(topic, partition, seq, 1, bytes(builder.build()))])
 
     def flush(self) -> None:
         """Wait until every chunk written is acknowledged; the transaction stays open (``begin`` to
@@ -242,6 +268,9 @@ class RawTransaction:
                     await self._send(item)
                 except Exception as e:
                     error = e
+                    self._release(item, e)
+            else:
+                self._release(item)  # not sent: the transaction fails
 
     async def _send(self, item: list[_Chunk]) -> None:
         await self._add_partitions({(c.topic, c.partition) for c in item})
@@ -253,6 +282,7 @@ class RawTransaction:
                     await p._metadata(c.topic)  # once per topic
                 except (ConnectionError, OSError, TwoPhaseError):  # the flush sends it again, with retries
                     self._failed.append((c, _LOST))
+                    self._release([c])
                     continue
             by_leader.setdefault(p._leaders[(c.topic, c.partition)], []).append(c)
         for addr, chunks in by_leader.items():
@@ -264,6 +294,7 @@ class RawTransaction:
             blocked = {(c.topic, c.partition) for c, _ in self._failed}
             held = [c for c in chunks if (c.topic, c.partition) in blocked]
             self._failed += [(c, _HELD) for c in held]  # behind a failed chunk: sent after it, at the flush
+            self._release(held)
             chunks = [c for c in chunks if (c.topic, c.partition) not in blocked]
             if not chunks:
                 continue
@@ -296,12 +327,16 @@ class RawTransaction:
 
     async def _produce(self, addr: tuple[str, int], chunks: list[_Chunk]) -> None:
         """One Produce request; chunks not acknowledged go to ``_failed`` with their error code."""
+        error = None
         try:
             for c, code in zip(chunks, await self._request(addr, chunks), strict=True):
                 if code not in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
                     self._failed.append((c, code))
+                    if code not in _RESEND and code not in (_LOST, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER):
+                        error = TwoPhaseError(f"Produce {c.topic}-{c.partition}", code)
         finally:
             self._slots.release()
+            self._release(chunks, error)
 
     async def _request(self, addr: tuple[str, int], chunks: list[_Chunk]) -> list[int]:
         """Error codes of ``chunks`` sent to the broker at ``addr`` in one Produce v9 request."""

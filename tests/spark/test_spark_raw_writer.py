@@ -93,6 +93,9 @@ def test_aborted_and_fenced_transactions_stay_invisible(broker: Any) -> None:
         first.write(batch, "raw-f")
         second.init()  # fences the first and aborts its open transaction
         with pytest.raises(TwoPhaseError):
+            first.write(batch, "raw-f")  # answered with a fencing error: the flush raises it
+            first.flush()
+        with pytest.raises(TwoPhaseError):
             first.commit()
         second.begin()
         second.write(batch, "raw-f")
@@ -105,7 +108,7 @@ def test_aborted_and_fenced_transactions_stay_invisible(broker: Any) -> None:
     assert sorted(r[3] for r in committed) == sorted([b"a%d" % i for i in range(100)] + [b"marker"])
     assert [(r[0], r[2]) for r in committed if r[3] == b"marker"] == [(1, b"raw-f-task")]
     # The aborted and fenced rows are in the log, only never shown to read_committed.
-    assert len(read_all(broker.bootstrap, "raw-f", "read_uncommitted")) == 301
+    assert len(read_all(broker.bootstrap, "raw-f", "read_uncommitted")) == 301  # the fenced write refused
 
 
 def test_broker_restart_inside_a_transaction_loses_and_duplicates_nothing(broker: Any) -> None:
@@ -178,3 +181,25 @@ def test_an_empty_task_closes_its_raw_writer(broker: Any, monkeypatch: pytest.Mo
         report = w.write(iter([]))
         assert report.records == 0
     assert loops() == before
+
+
+def test_writes_wait_while_too_much_is_unanswered(broker: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task faster than the broker must not buffer its whole input: write() waits while more than
+    MAX_BUFFERED bytes are encoded but not yet answered."""
+    create_topic(broker.bootstrap, "raw-b", partitions=1)
+    limit = 100_000
+    monkeypatch.setattr(raw_writer, "MAX_BUFFERED", limit)
+    batch = pa.record_batch([pa.array([b"%0999d" % i for i in range(1000)], pa.binary())], names=["value"])
+    txn = raw_writer.RawTransaction({"bootstrap.servers": broker.bootstrap}, "raw-b-task")
+    most = 0
+    try:
+        txn.init()
+        txn.begin()
+        for _ in range(60):
+            txn.write(batch, "raw-b")
+            most = max(most, txn._buffered)
+        txn.commit()
+    finally:
+        txn.close()
+    assert 1_000_000 < most < limit + 1_200_000  # at most one batch past the limit
+    assert len(read_all(broker.bootstrap, "raw-b")) == 60_000
