@@ -147,6 +147,9 @@ class RawTransaction:
         self._call(self._producer.start(enable_2pc=False, transaction_timeout_ms=self.transaction_timeout_ms))
 
     def begin(self) -> None:
+        with self._room:  # a new transaction: nothing buffered, no error of an earlier one
+            self._buffered = 0
+            self._send_error = None
         self._call(self._begin())
 
     def write(self, batch: pa.RecordBatch, topic: str) -> int:
