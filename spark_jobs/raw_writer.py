@@ -9,9 +9,11 @@ batch is encoded by the compiled ``encode_records`` (spark_jobs/_record_columns.
 records split by partition: keyed rows by Java's murmur2 partitioner (where librdkafka's
 ``murmur2_random`` and Spark's Kafka sink put them), keyless rows of one Arrow batch all to one
 partition, the next batch to the next one (librdkafka's sticky partitioning does the same per
-linger interval). Python adds a 61-byte batch header per chunk (transactional, producer id and
-epoch, the partition's next sequence number, CRC-32C) and sends the chunks as Produce v9 requests,
-acks=all, one request per leader per Arrow batch, at most ``MAX_IN_FLIGHT`` requests outstanding;
+linger interval), in chunks of at most ``MAX_CHUNK_BYTES`` of records. Python adds a 61-byte batch
+header per chunk (transactional, producer id and epoch, the partition's next sequence number,
+CRC-32C) and sends the chunks as Produce v9 requests, acks=all, per Arrow batch one request per
+leader and per chunk of a partition (a request carries one batch per partition), at most
+``MAX_IN_FLIGHT`` requests outstanding;
 ``write`` waits while ``MAX_BUFFERED`` bytes are encoded but not yet answered, so a task faster than
 the broker does not buffer its whole input.
 
@@ -57,7 +59,9 @@ except ImportError:  # not built (or an executor that only has the shipped zip):
 
 T = TypeVar("T")
 
-MAX_CHUNK_BYTES = 1 << 20  # records per batch: under the broker's default message.max.bytes
+# Records per batch: librdkafka's batch.size default. With the 61-byte batch header that stays under
+# the broker's default message.max.bytes (1,048,588); 1 MiB of records did not (MESSAGE_TOO_LARGE).
+MAX_CHUNK_BYTES = 1_000_000
 MAX_IN_FLIGHT = 5  # Produce requests outstanding, as librdkafka's max.in.flight for idempotence
 MAX_BUFFERED = 32 << 20  # bytes encoded but not yet answered: write() waits above it
 _RESEND = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.REQUEST_TIMED_OUT,
@@ -294,17 +298,33 @@ class RawTransaction:
                 # Its requests in flight are lost: know which before a new connection sends chunks
                 # that would overtake them in their partitions.
                 await asyncio.gather(*self._in_flight)
+            try:
+                await p._client(addr)  # connected here, once: the requests below share the connection
+            except (ConnectionError, OSError):  # the flush sends them again, with retries
+                self._failed += [(c, _LOST) for c in chunks]
+                self._release(chunks)
+                continue
             blocked = {(c.topic, c.partition) for c, _ in self._failed}
             held = [c for c in chunks if (c.topic, c.partition) in blocked]
             self._failed += [(c, _HELD) for c in held]  # behind a failed chunk: sent after it, at the flush
             self._release(held)
-            chunks = [c for c in chunks if (c.topic, c.partition) not in blocked]
-            if not chunks:
-                continue
-            await self._slots.acquire()
-            fut = asyncio.ensure_future(self._produce(addr, chunks))
-            self._in_flight.add(fut)
-            fut.add_done_callback(self._in_flight.discard)
+            # A Produce request carries one batch per partition (Kafka refuses more): a partition's
+            # second chunk goes in the next request, which follows on the same connection.
+            requests: list[list[_Chunk]] = []
+            seen: dict[tuple[str, int], int] = {}
+            for c in chunks:
+                tp = (c.topic, c.partition)
+                if tp in blocked:
+                    continue
+                n = seen[tp] = seen.get(tp, -1) + 1
+                if n == len(requests):
+                    requests.append([])
+                requests[n].append(c)
+            for request in requests:
+                await self._slots.acquire()
+                fut = asyncio.ensure_future(self._produce(addr, request))
+                self._in_flight.add(fut)
+                fut.add_done_callback(self._in_flight.discard)
 
     async def _add_partitions(self, tps: set[tuple[str, int]]) -> None:
         p = self._producer
@@ -341,8 +361,10 @@ class RawTransaction:
             self._slots.release()
             self._release(chunks, error)
 
-    async def _request(self, addr: tuple[str, int], chunks: list[_Chunk]) -> list[int]:
-        """Error codes of ``chunks`` sent to the broker at ``addr`` in one Produce v9 request."""
+    async def _request(self, addr: tuple[str, int], chunks: list[_Chunk], *, connect: bool = False) -> list[int]:
+        """Error codes of ``chunks`` sent to the broker at ``addr`` in one Produce v9 request, on the
+        connection the sender opened (``connect``: opening one if needed; only where requests go
+        one at a time, since two connections would not keep a partition's chunks in order)."""
         P = ProduceRequest.TopicProduceData
         topics: dict[str, list[Any]] = {}
         for c in chunks:
@@ -350,7 +372,9 @@ class RawTransaction:
         req = ProduceRequest(version=9, transactional_id=self.transactional_id, acks=-1, timeout_ms=30000,
                              topic_data=[P(version=9, name=t, partition_data=ps) for t, ps in topics.items()])
         try:
-            client = await self._producer._client(addr)
+            client = await self._producer._client(addr) if connect else self._producer._clients.get(addr)
+            if client is None:
+                raise ConnectionError(f"no connection to {addr}")
             resp = await client.request(req, 9, timeout_s=self.retry_deadline_s)
         except (ConnectionError, OSError, TimeoutError):
             await self._forget(addr)
@@ -359,10 +383,10 @@ class RawTransaction:
         return [codes.get((c.topic, c.partition), ErrorCode.UNKNOWN_SERVER_ERROR) for c in chunks]
 
     async def _forget(self, addr: tuple[str, int]) -> None:
-        client = self._producer._clients.pop(addr, None)
+        """Close the connection to ``addr`` (kept in place, not connected: the sender sees it and
+        waits for every request in flight before another connection sends anything)."""
+        client = self._producer._clients.get(addr)
         if client is not None:
-            if self._producer._coordinator is client:
-                self._producer._coordinator = None
             await client.close()
 
     async def _resend_failed(self) -> None:
@@ -386,7 +410,7 @@ class RawTransaction:
                 except TwoPhaseError:
                     code = ErrorCode.LEADER_NOT_AVAILABLE
                 else:
-                    [code] = await self._request(self._producer._leaders[tp], [chunk])
+                    [code] = await self._request(self._producer._leaders[tp], [chunk], connect=True)
                 if code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
                     break
                 if (code not in _RESEND and code != _LOST) or time.monotonic() > deadline:

@@ -208,3 +208,28 @@ def test_writes_wait_while_too_much_is_unanswered(broker: Any, monkeypatch: pyte
         txn.close()
     assert 1_000_000 < most < limit + 1_200_000  # at most one batch past the limit
     assert len(read_all(broker.bootstrap, "raw-b")) == 60_000
+
+
+def test_chunks_of_one_partition_go_in_separate_requests(broker: Any) -> None:
+    """An Arrow batch over MAX_CHUNK_BYTES for one partition becomes several batches of it, each
+    under the broker's default message.max.bytes; a Produce request may carry only one batch per
+    partition (Kafka keeps the last of duplicates), so they go in consecutive requests, in order."""
+    create_topic(broker.bootstrap, "raw-c", partitions=2)
+    rows = 10_000
+    txn = raw_writer.RawTransaction({"bootstrap.servers": broker.bootstrap}, "raw-c-task")
+    try:
+        txn.init()
+        txn.begin()
+        # 100 B values: the size whose full chunks, with their batch header, went over the broker's
+        # default message.max.bytes when a chunk held 1 MiB of records.
+        for n in range(10):  # ~1.1 MB of keyless rows per Arrow batch, all to one partition
+            values = pa.array([b"%d-%098d" % (n, i) for i in range(rows)], pa.binary())
+            txn.write(pa.record_batch([values], names=["value"]), "raw-c")
+        txn.commit()
+    finally:
+        txn.close()
+    got = read_all(broker.bootstrap, "raw-c")
+    assert len(got) == 10 * rows
+    for part in (0, 1):
+        vals = [r[3] for r in sorted(got) if r[0] == part]
+        assert vals == sorted(vals, key=lambda v: (int(v.split(b"-")[0]), v))  # in write order
