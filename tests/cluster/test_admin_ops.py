@@ -275,6 +275,8 @@ async def test_elect_leaders_preferred_and_unclean(cluster: BrokerCluster, etcd:
     replicas = metadata(up, "pref")[1].replica_nodes
     assert _elect(admin, ElectionType.PREFERRED, [("pref", 1)]) == {("pref", 1): ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE}
     assert _elect(admin, ElectionType.UNCLEAN, [("pref", 1)]) == {("pref", 1): 0}
+    # The election is the controller's (librdkafka sends it there); up's view follows by its watch.
+    wait_for(lambda: metadata(up, "pref")[1].leader_id != -1, "pref-1 led again in up's view", WAIT_S)
     m = metadata(up, "pref")[1]
     first_live = next(r for r in replicas if r != preferred)
     assert m.leader_id == first_live and m.isr_nodes == [first_live]
