@@ -50,8 +50,11 @@ PORT ?=
 serve: $(STAMP)
 	$(VENV)/bin/kbroker serve config/server.properties $(if $(PORT),--override listeners=PLAINTEXT://127.0.0.1:$(PORT) --override advertised.listeners=PLAINTEXT://127.0.0.1:$(PORT))
 
+# The default suite mostly waits on brokers, etcd and Spark: two worker processes (pytest-xdist),
+# each taking whole test files, halve its time on a 2-core machine. TEST_WORKERS=0 runs it in one.
+TEST_WORKERS ?= 2
 test: install-test
-	$(PY) -m pytest -q --durations=20
+	$(PY) -m pytest -q --durations=20 -n $(TEST_WORKERS) --dist loadfile
 
 test-all: install-test
 	$(PY) -m pytest -q -m ''
