@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 from crc32c import crc32c
-from kafka.protocol.producer import AddPartitionsToTxnRequest, ProduceRequest
+from kafka.protocol.producer import ProduceRequest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from protocol.errors import ErrorCode
@@ -280,7 +280,7 @@ class RawTransaction:
                 self._release(item)  # not sent: the transaction fails
 
     async def _send(self, item: list[_Chunk]) -> None:
-        await self._add_partitions({(c.topic, c.partition) for c in item})
+        await self._producer.add_partitions((c.topic, c.partition) for c in item)
         p = self._producer
         by_leader: dict[tuple[str, int], list[_Chunk]] = {}
         for c in item:
@@ -325,28 +325,6 @@ class RawTransaction:
                 fut = asyncio.ensure_future(self._produce(addr, request))
                 self._in_flight.add(fut)
                 fut.add_done_callback(self._in_flight.discard)
-
-    async def _add_partitions(self, tps: set[tuple[str, int]]) -> None:
-        p = self._producer
-        new = sorted(tps - p._added)
-        if not new:
-            return
-        topics: dict[str, list[int]] = {}
-        for topic, partition in new:
-            topics.setdefault(topic, []).append(partition)
-
-        async def add() -> tuple[int, None]:
-            c = await p._coord()
-            R = AddPartitionsToTxnRequest
-            resp = await c.request(R(
-                version=3, v3_and_below_transactional_id=p.transactional_id,
-                v3_and_below_producer_id=p.producer_id, v3_and_below_producer_epoch=p.epoch,
-                v3_and_below_topics=[R.AddPartitionsToTxnTopic(version=3, name=t, partitions=ps)
-                                     for t, ps in topics.items()]), 3)
-            codes = [r.partition_error_code for t in resp.results_by_topic_v3_and_below for r in t.results_by_partition]
-            return max(codes, key=lambda code: code != 0), None
-        await p._retrying("AddPartitionsToTxn", add)
-        p._added.update(new)
 
     async def _produce(self, addr: tuple[str, int], chunks: list[_Chunk]) -> None:
         """One Produce request; chunks not acknowledged go to ``_failed`` with their error code."""

@@ -305,13 +305,9 @@ class _WriterBase:
         if isinstance(producer, raw_writer.RawTransaction):
             return self._write_raw(producer, last, batches, transactional_id=transactional_id, batch_id=batch_id,
                                    partition=partition, attempt=attempt, commit_log=commit_log)
-        if commit_log is not None:
-            assert batch_id is not None
-            if last is not None and last >= batch_id:
-                for _ in batches:  # Spark expects the input consumed
-                    pass
-                log.info("%s: batch %d already committed (last %d); skipping", transactional_id, batch_id, last)
-                return TaskReport(partition, batch_id, attempt, 0, True, transactional_id)
+        if (done := _replayed(batches, last, transactional_id=transactional_id, batch_id=batch_id,
+                              partition=partition, attempt=attempt, commit_log=commit_log)) is not None:
+            return done
         producer.begin_transaction()
         n = self.produce_all(producer, batches, batch_id=batch_id, partition=partition, attempt=attempt)
         if commit_log is not None:
@@ -328,14 +324,11 @@ class _WriterBase:
         """:meth:`write_transaction` through the raw writer."""
         zombie = False
         try:
-            if commit_log is not None:
-                assert batch_id is not None
-                if last is not None and last >= batch_id:
-                    for _ in batches:  # Spark expects the input consumed
-                        pass
-                    log.info("%s: batch %d already committed (last %d); skipping", transactional_id, batch_id, last)
-                    _COMMITTED[transactional_id] = (txn.producer_id, txn.epoch, last)
-                    return TaskReport(partition, batch_id, attempt, 0, True, transactional_id)
+            if (done := _replayed(batches, last, transactional_id=transactional_id, batch_id=batch_id,
+                                  partition=partition, attempt=attempt, commit_log=commit_log)) is not None:
+                assert last is not None
+                _COMMITTED[transactional_id] = (txn.producer_id, txn.epoch, last)
+                return done
             txn.begin()
             try:
                 n = self.produce_raw(txn, batches, batch_id=batch_id, partition=partition, attempt=attempt)
@@ -382,6 +375,21 @@ class _WriterBase:
         transactional_id, commit_log = self.micro_batch_ids(query_id, partition)
         return self.write_transaction(batches, transactional_id=transactional_id, batch_id=batch_id,
                                       partition=partition, attempt=attempt, commit_log=commit_log, started=started)
+
+
+def _replayed(batches: Iterator[pa.RecordBatch], last: int | None, *, transactional_id: str, batch_id: int | None,
+              partition: int, attempt: int, commit_log: tuple[str, int] | None) -> TaskReport | None:
+    """The skipped task's report when the commit log says ``batch_id`` was written already (its
+    input consumed, as Spark expects), else None."""
+    if commit_log is None:
+        return None
+    assert batch_id is not None
+    if last is None or last < batch_id:
+        return None
+    for _ in batches:
+        pass
+    log.info("%s: batch %d already committed (last %d); skipping", transactional_id, batch_id, last)
+    return TaskReport(partition, batch_id, attempt, 0, True, transactional_id)
 
 
 class _Started:

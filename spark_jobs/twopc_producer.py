@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,19 +192,7 @@ class TwoPhaseProducer:
         if self.producer_id < 0:
             raise RuntimeError("start() first")
         tp = (topic, partition)
-        if tp not in self._added:
-            async def add() -> tuple[int, None]:
-                c = await self._coord()
-                R = AddPartitionsToTxnRequest
-                resp = await c.request(R(
-                    version=3, v3_and_below_transactional_id=self.transactional_id,
-                    v3_and_below_producer_id=self.producer_id, v3_and_below_producer_epoch=self.epoch,
-                    v3_and_below_topics=[R.AddPartitionsToTxnTopic(version=3, name=topic, partitions=[partition])]), 3)
-                codes = [p.partition_error_code for t in resp.results_by_topic_v3_and_below
-                         for p in t.results_by_partition]
-                return max(codes, key=lambda code: code != 0), None
-            await self._retrying(f"AddPartitionsToTxn {topic}-{partition}", add)
-            self._added.add(tp)
+        await self.add_partitions([tp])
         seq = self._sequences.get(tp, 0)
         builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=True,
                                             producer_id=self.producer_id, producer_epoch=self.epoch,
@@ -222,6 +210,28 @@ class TwoPhaseProducer:
             raise TwoPhaseError(f"Produce {topic}-{partition}", part.error_code)
         self._sequences[tp] = seq + len(records)
         return part.base_offset
+
+    async def add_partitions(self, tps: Iterable[tuple[str, int]]) -> None:
+        """AddPartitionsToTxn for those of ``tps`` not in the transaction yet, in one request."""
+        new = sorted(set(tps) - self._added)
+        if not new:
+            return
+        topics: dict[str, list[int]] = {}
+        for topic, partition in new:
+            topics.setdefault(topic, []).append(partition)
+
+        async def add() -> tuple[int, None]:
+            c = await self._coord()
+            R = AddPartitionsToTxnRequest
+            resp = await c.request(R(
+                version=3, v3_and_below_transactional_id=self.transactional_id,
+                v3_and_below_producer_id=self.producer_id, v3_and_below_producer_epoch=self.epoch,
+                v3_and_below_topics=[R.AddPartitionsToTxnTopic(version=3, name=t, partitions=ps)
+                                     for t, ps in topics.items()]), 3)
+            codes = [p.partition_error_code for t in resp.results_by_topic_v3_and_below for p in t.results_by_partition]
+            return max(codes, key=lambda code: code != 0), None
+        await self._retrying(f"AddPartitionsToTxn {', '.join(f'{t}-{p}' for t, p in new)}", add)
+        self._added.update(new)
 
     async def prepare(self) -> PreparedTxnState:
         """Kafka's prepareTransaction: every send was acknowledged (acks=all), so the transaction
