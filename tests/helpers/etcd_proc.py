@@ -9,6 +9,13 @@ process keeps its sockets but answers nothing, like a partition), ``restart()`` 
 and data dir. Processes are always stopped by their own pid. With ``tls`` (EtcdTlsFiles) etcd serves
 its clients over TLS only (https client URL); ``gateway`` posts to its JSON gateway (auth setup).
 
+etcd's own files (WAL and database) live in memory, in a directory of /dev/shm made for each
+EtcdProcess and removed when the object goes (or at exit), when /dev/shm is writable; ``data_dir``
+still names the log file. etcd fsyncs its WAL and database on every write, and on a machine where
+other tests write gigabytes at once (two test workers, ``make test``) one fsync waited behind their
+writeback for seconds: leases and requests timed out. The tests need etcd's answers, not its
+durability across power loss (a killed or restarted etcd keeps what the page cache holds either way).
+
 etcd comes from the Debian package ``etcd-server`` (``make tools`` installs it); a missing binary
 raises ``EtcdNotInstalled`` naming that package.
 """
@@ -22,8 +29,10 @@ import shutil
 import signal
 import ssl
 import subprocess
+import tempfile
 import time
 import urllib.request
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,6 +102,17 @@ class EtcdProcess:
             self.data_dir.name + ".etcd.log")
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self._files: Path | None = None  # where etcd keeps its data (see the module docstring)
+
+    def _files_dir(self) -> Path:
+        if self._files is None:
+            shm = Path("/dev/shm")
+            if shm.is_dir() and os.access(shm, os.W_OK):
+                self._files = Path(tempfile.mkdtemp(prefix="kbroker-etcd-", dir=shm))
+                weakref.finalize(self, shutil.rmtree, str(self._files), True)
+            else:
+                self._files = self.data_dir
+        return self._files
 
     @property
     def client_url(self) -> str:
@@ -112,7 +132,7 @@ class EtcdProcess:
             *self.prefix,
             etcd_binary(),
             "--name", self.name,
-            "--data-dir", str(self.data_dir),
+            "--data-dir", str(self._files_dir()),
             "--listen-client-urls", self.client_url,
             "--advertise-client-urls", self.client_url,
             "--listen-peer-urls", self.peer_url,
