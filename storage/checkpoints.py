@@ -16,6 +16,7 @@ import ctypes.util
 import json
 import os
 import platform
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -173,8 +174,22 @@ def _read_lines(path: Path, fields: int) -> list[list[str]]:
     return out
 
 
+# One lock per offset checkpoint file, as Kafka's CheckpointFile holds one: a periodic write may still
+# run on an executor thread when shutdown writes the file again (cancelling the task that awaits it
+# does not stop the thread), and two writers of one fixed ``.tmp`` name make a rename fail, which
+# fails the log dir. A handful of such files per log dir, so the map stays small.
+_WRITE_LOCKS: dict[Path, threading.Lock] = {}
+_WRITE_LOCKS_GUARD = threading.Lock()
+
+
+def _write_lock(path: Path) -> threading.Lock:
+    with _WRITE_LOCKS_GUARD:
+        return _WRITE_LOCKS.setdefault(path, threading.Lock())
+
+
 class OffsetCheckpointFile:
-    """``topic partition offset`` checkpoints (recovery points, log start offsets)."""
+    """``topic partition offset`` checkpoints (recovery points, log start offsets, high watermarks).
+    Writes of one file from several threads follow one another."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -182,7 +197,8 @@ class OffsetCheckpointFile:
     def write(self, offsets: dict[tuple[str, int], int]) -> None:
         lines = [str(CHECKPOINT_VERSION), str(len(offsets))]
         lines += [f"{t} {p} {o}" for (t, p), o in sorted(offsets.items())]
-        atomic_write_text(self.path, "\n".join(lines) + "\n")
+        with _write_lock(self.path):
+            atomic_write_text(self.path, "\n".join(lines) + "\n")
 
     def read(self) -> dict[tuple[str, int], int]:
         out: dict[tuple[str, int], int] = {}
