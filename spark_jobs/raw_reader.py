@@ -81,7 +81,8 @@ def usable(conf: Mapping[str, str], include_headers: bool, wanted: bool = True) 
     return str(conf.get("security.protocol", "plaintext")).lower() == "plaintext"
 
 
-def _bootstrap(conf: Mapping[str, str]) -> list[tuple[str, int]]:
+def bootstrap_addresses(conf: Mapping[str, str]) -> list[tuple[str, int]]:
+    """The (host, port) entries of ``bootstrap.servers`` (listener prefixes and IPv6 brackets dropped)."""
     out = []
     for item in str(conf.get("bootstrap.servers", "")).split(","):
         item = item.strip()
@@ -243,7 +244,7 @@ class RawRangeReader:
 
     def _connect(self) -> _Connection:
         errors = []
-        for host, port in _bootstrap(self.conf):
+        for host, port in bootstrap_addresses(self.conf):
             try:
                 conn = _Connection(host, port)
             except OSError as e:

@@ -50,6 +50,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from protocol.errors import ErrorCode
 
+from .raw_reader import bootstrap_addresses
 from .twopc_producer import SinkProducer, TwoPhaseError
 
 try:
@@ -68,6 +69,8 @@ _RESEND = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE, Err
            ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND}
 _LOST = -1  # a chunk whose request's connection broke before the answer
 _HELD = -2  # a chunk not sent because an earlier one of its partition failed
+# What the flush sends again (OUT_OF_ORDER_SEQUENCE_NUMBER too, but only behind a failed chunk).
+_SEND_AGAIN = _RESEND | {_LOST, _HELD}
 _PRE = struct.Struct(">qiibI")  # base offset, batch length, partition leader epoch, magic, CRC
 _HEAD = struct.Struct(">hiqqqhii")  # attributes .. record count: what the CRC covers before the records
 _TRANSACTIONAL = 0x10
@@ -82,12 +85,6 @@ def usable(conf: Mapping[str, str], column_names: Sequence[str], wanted: bool = 
     if str(conf.get("compression.type", conf.get("compression.codec", "none"))).lower() != "none":
         return False
     return str(conf.get("security.protocol", "plaintext")).lower() == "plaintext"
-
-
-def bootstrap_address(conf: Mapping[str, str]) -> str:
-    """The first ``bootstrap.servers`` entry as host:port."""
-    first = str(conf["bootstrap.servers"]).split(",")[0].strip()
-    return first.split("://", 1)[1] if "://" in first else first
 
 
 def _binary_buffers(column: pa.Array) -> tuple[Any, Any, Any, int]:
@@ -118,7 +115,10 @@ class RawTransaction:
         self.transactional_id = transactional_id
         self.transaction_timeout_ms = transaction_timeout_ms
         self.retry_deadline_s = retry_deadline_s
-        self._producer = SinkProducer(bootstrap_address(conf), transactional_id, retry_deadline_s=retry_deadline_s)
+        addresses = bootstrap_addresses(conf)
+        if not addresses:
+            raise ValueError(f"no host:port in bootstrap.servers {conf.get('bootstrap.servers')!r}")
+        self._producer = SinkProducer(addresses[0], transactional_id, retry_deadline_s=retry_deadline_s)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="kbroker-raw-writer", daemon=True)
         self._thread.start()
@@ -131,7 +131,6 @@ class RawTransaction:
         self._buffered = 0
         self._send_error: BaseException | None = None
         self._counts: dict[str, int] = {}
-        self.records = 0
 
     @property
     def producer_id(self) -> int:
@@ -171,7 +170,6 @@ class RawTransaction:
         self._next_keyless[topic] = keyless + 1
         encoded = encode_records(*value, *key, n, count, keyless, MAX_CHUNK_BYTES)
         self._queue_chunks([self._chunk(topic, p, c, records) for p, c, records in encoded])
-        self.records += n
         return n
 
     def _queue_chunks(self, chunks: list[_Chunk]) -> None:
@@ -254,27 +252,26 @@ class RawTransaction:
     async def _send_loop(self) -> None:
         """Sends queued chunks in queue order (so each partition's sequence numbers go out in order).
 
-        The first error stops the sending; it is handed to the flush that ends the transaction."""
+        The first error (``_send_error``) stops the sending; the flush that ends the transaction
+        raises it."""
         assert self._queue is not None
-        error: BaseException | None = None
         while True:
             item = await self._queue.get()
             if isinstance(item, asyncio.Future):
                 await asyncio.gather(*self._in_flight)
                 try:
-                    if error is not None:
-                        raise error
+                    if self._send_error is not None:
+                        raise self._send_error
                     await self._resend_failed()
                 except BaseException as e:  # handed to the committing task
                     item.set_exception(e)
                 else:
                     item.set_result(None)
                 return
-            if error is None:
+            if self._send_error is None:
                 try:
                     await self._send(item)
                 except Exception as e:
-                    error = e
                     self._release(item, e)
             else:
                 self._release(item)  # not sent: the transaction fails
@@ -333,7 +330,7 @@ class RawTransaction:
             for c, code in zip(chunks, await self._request(addr, chunks), strict=True):
                 if code not in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
                     self._failed.append((c, code))
-                    if code not in _RESEND and code not in (_LOST, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER):
+                    if code not in _SEND_AGAIN and code != ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
                         error = TwoPhaseError(f"Produce {c.topic}-{c.partition}", code)
         finally:
             self._slots.release()
@@ -376,7 +373,7 @@ class RawTransaction:
             tp = (chunk.topic, chunk.partition)
             if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and tp not in behind:
                 raise TwoPhaseError(f"Produce {tp[0]}-{tp[1]}", code)
-            if code not in _RESEND and code not in (_LOST, _HELD, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER):
+            if code not in _SEND_AGAIN and code != ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
                 raise TwoPhaseError(f"Produce {tp[0]}-{tp[1]}", code)
             behind.add(tp)
             deadline = time.monotonic() + self.retry_deadline_s
@@ -387,11 +384,13 @@ class RawTransaction:
                     await self._producer._leader(*tp)
                 except TwoPhaseError:
                     code = ErrorCode.LEADER_NOT_AVAILABLE
+                except OSError:  # the leader (or bootstrap) not reachable yet: try again
+                    code = _LOST
                 else:
                     [code] = await self._request(self._producer._leaders[tp], [chunk], connect=True)
                 if code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
                     break
-                if (code not in _RESEND and code != _LOST) or time.monotonic() > deadline:
+                if code not in _SEND_AGAIN or time.monotonic() > deadline:
                     raise TwoPhaseError(f"Produce {tp[0]}-{tp[1]}", code)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)

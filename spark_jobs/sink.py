@@ -190,12 +190,8 @@ class _WriterBase:
         count = 0
         for batch in batches:
             if fault is not None and count + batch.num_rows >= fault.after_rows:
-                count += txn.write(batch.slice(0, fault.after_rows - count), self.topic)
-                txn.flush()  # the rows reach the broker inside the still-open transaction
-                _ZOMBIES.append((txn.transactional_id, txn))
-                if fault.mode == "kill":
-                    os.kill(os.getpid(), signal.SIGKILL)
-                raise RuntimeError(f"kbroker.fault.failTask: injected failure after {fault.after_rows} rows")
+                txn.write(batch.slice(0, fault.after_rows - count), self.topic)
+                self._inject_failure(txn, fault)
             count += txn.write(batch, self.topic)
         return count
 
@@ -230,7 +226,7 @@ class _WriterBase:
             producer.poll(0)
         return count
 
-    def _inject_failure(self, producer: Producer, fault: FailTask) -> None:
+    def _inject_failure(self, producer: Producer | raw_writer.RawTransaction, fault: FailTask) -> None:
         producer.flush()  # the rows reach the broker inside the still-open transaction
         _ZOMBIES.append((self._transactional_id, producer))
         if fault.mode == "kill":
@@ -311,8 +307,7 @@ class _WriterBase:
         producer.begin_transaction()
         n = self.produce_all(producer, batches, batch_id=batch_id, partition=partition, attempt=attempt)
         if commit_log is not None:
-            marker = {"batchId": batch_id, "partition": partition, "attempt": attempt, "records": n}
-            producer.produce(commit_log[0], json.dumps(marker).encode(), transactional_id.encode(),
+            producer.produce(commit_log[0], _marker(batch_id, partition, attempt, n), transactional_id.encode(),
                              partition=commit_log[1])
         producer.commit_transaction(120)
         self.check_delivery()
@@ -322,7 +317,6 @@ class _WriterBase:
                    transactional_id: str, batch_id: int | None, partition: int, attempt: int,
                    commit_log: tuple[str, int] | None) -> TaskReport:
         """:meth:`write_transaction` through the raw writer."""
-        zombie = False
         try:
             if (done := _replayed(batches, last, transactional_id=transactional_id, batch_id=batch_id,
                                   partition=partition, attempt=attempt, commit_log=commit_log)) is not None:
@@ -330,21 +324,17 @@ class _WriterBase:
                 _COMMITTED[transactional_id] = (txn.producer_id, txn.epoch, last)
                 return done
             txn.begin()
-            try:
-                n = self.produce_raw(txn, batches, batch_id=batch_id, partition=partition, attempt=attempt)
-            except RuntimeError:
-                zombie = any(z[1] is txn for z in _ZOMBIES)
-                raise
+            n = self.produce_raw(txn, batches, batch_id=batch_id, partition=partition, attempt=attempt)
             if commit_log is not None:
-                marker = {"batchId": batch_id, "partition": partition, "attempt": attempt, "records": n}
-                txn.marker(commit_log[0], commit_log[1], transactional_id.encode(), json.dumps(marker).encode())
+                txn.marker(commit_log[0], commit_log[1], transactional_id.encode(),
+                           _marker(batch_id, partition, attempt, n))
             txn.commit()
             if commit_log is not None:
                 assert batch_id is not None
                 _COMMITTED[transactional_id] = (txn.producer_id, txn.epoch, batch_id)
             return TaskReport(partition, batch_id, attempt, n, False, transactional_id)
         finally:
-            if not zombie:
+            if not any(z[1] is txn for z in _ZOMBIES):  # an injected failure's zombie stays open
                 txn.close()
 
     def micro_batch_ids(self, query_id: str, partition: int) -> tuple[str, tuple[str, int]]:
@@ -375,6 +365,11 @@ class _WriterBase:
         transactional_id, commit_log = self.micro_batch_ids(query_id, partition)
         return self.write_transaction(batches, transactional_id=transactional_id, batch_id=batch_id,
                                       partition=partition, attempt=attempt, commit_log=commit_log, started=started)
+
+
+def _marker(batch_id: int | None, partition: int, attempt: int, records: int) -> bytes:
+    """The commit-log record's value: the batch a task committed (its key is the transactional id)."""
+    return json.dumps({"batchId": batch_id, "partition": partition, "attempt": attempt, "records": records}).encode()
 
 
 def _replayed(batches: Iterator[pa.RecordBatch], last: int | None, *, transactional_id: str, batch_id: int | None,
