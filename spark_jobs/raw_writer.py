@@ -173,6 +173,8 @@ class RawTransaction:
         return n
 
     def _queue_chunks(self, chunks: list[_Chunk]) -> None:
+        if self._sender is None:  # set and cleared by begin() and flush(), both waited for here
+            raise RuntimeError("begin() first (no transaction is being written)")
         size = sum(len(c.batch) for c in chunks)
         with self._room:
             if not self._room.wait_for(lambda: self._buffered < MAX_BUFFERED or self._send_error is not None,

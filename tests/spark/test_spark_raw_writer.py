@@ -17,6 +17,7 @@ from kafka_util import create_topic, read_all
 
 from spark_jobs import raw_writer
 from spark_jobs.twopc_producer import TwoPhaseError
+from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.skipif(raw_writer.encode_records is None, reason="spark_jobs._record_columns is not built")
 
@@ -91,6 +92,8 @@ def test_aborted_and_fenced_transactions_stay_invisible(broker: Any) -> None:
         first.abort()
         first.begin()
         first.write(batch, "raw-f")
+        first.flush()  # these rows reach the broker before the fencing
+        first.begin()
         second.init()  # fences the first and aborts its open transaction
         with pytest.raises(TwoPhaseError):
             first.write(batch, "raw-f")  # answered with a fencing error: the flush raises it
@@ -152,6 +155,27 @@ def test_usable() -> None:
     assert not raw_writer.usable({**plain, "compression.type": "lz4"}, ["value"])
     assert raw_writer.usable({**plain, "compression.type": "none"}, ["value"])
     assert not raw_writer.usable({**plain, "security.protocol": "SASL_SSL"}, ["value"])
+
+
+def test_writing_outside_a_transaction_is_refused(broker: Any) -> None:
+    """Rows written after a flush without a new begin() would never be sent: refused instead."""
+    create_topic(broker.bootstrap, "raw-o", partitions=1)
+    txn = raw_writer.RawTransaction({"bootstrap.servers": broker.bootstrap}, "raw-o-task")
+    batch = pa.record_batch([pa.array([b"o"], pa.binary())], names=["value"])
+    try:
+        txn.init()
+        with pytest.raises(RuntimeError, match="begin"):
+            txn.write(batch, "raw-o")
+        txn.begin()
+        txn.write(batch, "raw-o")
+        txn.flush()
+        with pytest.raises(RuntimeError, match="begin"):
+            txn.write(batch, "raw-o")
+        txn.begin()
+        txn.commit()
+    finally:
+        txn.close()
+    assert [r[3] for r in read_all(broker.bootstrap, "raw-o")] == [b"o"]
 
 
 def test_an_empty_task_closes_its_raw_writer(broker: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -233,3 +257,44 @@ def test_chunks_of_one_partition_go_in_separate_requests(broker: Any) -> None:
     for part in (0, 1):
         vals = [r[3] for r in sorted(got) if r[0] == part]
         assert vals == sorted(vals, key=lambda v: (int(v.split(b"-")[0]), v))  # in write order
+
+
+def test_a_commit_waits_for_a_broker_that_is_down_when_it_resends(broker: Any) -> None:
+    """Chunks lost while the broker is down are sent again at the commit; a broker still down then
+    (connection refused on the metadata request) is retried until it is back, not a failed task."""
+    create_topic(broker.bootstrap, "raw-d", partitions=1)
+    txn = raw_writer.RawTransaction({"bootstrap.servers": broker.bootstrap}, "raw-d-task")
+
+    def batch(n: int) -> pa.RecordBatch:
+        return pa.record_batch([pa.array([b"d%d-%d" % (n, i) for i in range(500)], pa.binary())], names=["value"])
+
+    outcome: list[BaseException | None] = []
+    try:
+        txn.init()
+        txn.begin()
+        txn.write(batch(0), "raw-d")
+        txn.flush()
+        txn.begin()
+        broker.stop()
+        txn.write(batch(1), "raw-d")  # its connection is refused: lost, for the commit to resend
+
+        def commit() -> None:
+            try:
+                txn.commit()
+            except BaseException as e:  # checked below
+                outcome.append(e)
+            else:
+                outcome.append(None)
+
+        committer = threading.Thread(target=commit)
+        committer.start()
+        # The commit's resend has taken the lost chunks (the broker still down) before it comes back.
+        wait_for(lambda: not txn._failed or outcome, "the commit resending", 60)
+        assert not outcome, f"the commit ended while the broker was down: {outcome}"
+        broker.start()
+        committer.join(90)
+        assert outcome == [None]
+    finally:
+        txn.close()
+    assert sorted(r[3] for r in read_all(broker.bootstrap, "raw-d")) == \
+        sorted(b"d%d-%d" % (n, i) for n in range(2) for i in range(500))
