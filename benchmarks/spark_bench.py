@@ -18,7 +18,8 @@ own ceiling on this machine); ``--modes ceiling`` is short for the three. A mode
 appended (``exactly-once+rdkafka``) runs that mode with the source option ``rawReader=false`` and the
 sink option ``rawWriter=false``, i.e. both read and write through librdkafka as before the raw
 reader and writer (spark_jobs/raw_reader.py, raw_writer.py); ``+rdkafka-sink`` sets only
-``rawWriter=false`` (the raw reader, librdkafka's producer). Reported per mode: steady-state rate = rows / trigger-execution time summed over every batch but
+``rawWriter=false`` (the raw reader, librdkafka's producer; for ``2pc``, which has no librdkafka
+writer, the 2pc producer's row batches instead of the raw writer). Reported per mode: steady-state rate = rows / trigger-execution time summed over every batch but
 the first, and end-to-end rate = N / wall time of the query (a small warm-up query runs before both,
 so neither pays for Python worker start-up or the JVM's JIT). ``--rounds N`` alternates the modes N
 times and reports medians; every run also reports the CPU time per record of all its processes
@@ -208,11 +209,12 @@ def run_mode(spark: Any, bootstrap: str, src: str, tmp: str, name: str, args: ar
         name, raw_writer = name.removesuffix(RDKAFKA_SINK), False
     elif name.endswith(RDKAFKA):
         name, raw, raw_writer = name.removesuffix(RDKAFKA), False, False
-    if name == "2pc":  # the gate needs the output's partitions; a 2pc warm-up too
-        for topic in (dst, f"{src}-warmup-out-2pc-{rnd}"):
+    if name == "2pc":  # the gate needs the output's partitions; a 2pc warm-up too (its own per mode name)
+        warm = f"{dst}-warmup"
+        for topic in (dst, warm):
             create_topic(bootstrap, topic)
-        run_query(spark, bootstrap, f"{src}-warmup", f"{src}-warmup-out-2pc-{rnd}",
-                  str(Path(tmp) / f"ck-warmup-2pc-{rnd}"), WARMUP_RECORDS // 5, MODES["2pc"])
+        run_query(spark, bootstrap, f"{src}-warmup", warm, str(Path(tmp) / f"ck-{warm}"), WARMUP_RECORDS // 5,
+                  MODES["2pc"], raw_writer=raw_writer)
     if name in CEILING:
         source, sink, options = CEILING[name]
         res = run_query(spark, bootstrap, src, dst, str(Path(tmp) / f"ck-{dst}"), args.max_per_batch,

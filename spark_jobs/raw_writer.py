@@ -26,6 +26,10 @@ DUPLICATE_SEQUENCE_NUMBER means the broker already has the chunk. Any other erro
 (``TwoPhaseError``, from the next ``write`` or the commit): Spark retries it, and the retry's InitProducerId fences this producer and
 aborts its transaction.
 
+The 2pc sink (spark_jobs/sink_2pc.py) uses it too, with ``two_phase=True``: InitProducerId asks
+for enable2Pc, and a task ends with ``prepare`` (every chunk acknowledged, the transaction left
+open for the driver to complete) instead of ``commit``.
+
 It serves the common case only; ``usable`` says when: the compiled module is importable, the
 connection is PLAINTEXT, no compression is asked for, and the rows have only ``key`` and
 ``value`` columns (one topic, partitioned by key). Everything else, and the writer option
@@ -51,7 +55,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from protocol.errors import ErrorCode
 
 from .raw_reader import bootstrap_addresses
-from .twopc_producer import SinkProducer, TwoPhaseError
+from .twopc_producer import PreparedTxnState, SinkProducer, TwoPhaseError
 
 try:
     from ._record_columns import encode_records
@@ -108,11 +112,13 @@ class _Chunk:
 
 class RawTransaction:
     """A task's transactional producer (module docstring): ``init``, then per transaction ``begin``,
-    ``write`` each Arrow batch, ``marker``, ``commit`` (or ``abort``); ``close`` at the end."""
+    ``write`` each Arrow batch, ``marker``, ``commit`` (or ``abort``; with ``two_phase``, ``prepare``);
+    ``close`` at the end."""
 
     def __init__(self, conf: Mapping[str, str], transactional_id: str, *, transaction_timeout_ms: int = 60000,
-                 retry_deadline_s: float = 60.0) -> None:
+                 retry_deadline_s: float = 60.0, two_phase: bool = False) -> None:
         self.transactional_id = transactional_id
+        self.two_phase = two_phase
         self.transaction_timeout_ms = transaction_timeout_ms
         self.retry_deadline_s = retry_deadline_s
         addresses = bootstrap_addresses(conf)
@@ -146,8 +152,9 @@ class RawTransaction:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     def init(self) -> None:
-        """InitProducerId: fences every earlier producer of this id and aborts what it left open."""
-        self._call(self._producer.start(enable_2pc=False, transaction_timeout_ms=self.transaction_timeout_ms))
+        """InitProducerId: fences every earlier producer of this id and aborts what it left open
+        (a prepared transaction too, with ``two_phase``)."""
+        self._call(self._producer.start(enable_2pc=self.two_phase, transaction_timeout_ms=self.transaction_timeout_ms))
 
     def begin(self) -> None:
         with self._room:  # a new transaction: nothing buffered, no error of an earlier one
@@ -216,6 +223,14 @@ class RawTransaction:
 
     def abort(self) -> None:
         self._call(self._end(False))
+
+    def prepare(self) -> PreparedTxnState:
+        """``two_phase``: wait for every chunk's acknowledgement (acks=all, so the transaction is
+        durable) and leave the transaction open; what completes it later (KIP-939's prepare)."""
+        if not self.two_phase:
+            raise RuntimeError("prepare() needs two_phase=True (InitProducerId with enable2Pc)")
+        self._call(self._flush())
+        return self._call(self._producer.prepare())
 
     def close(self) -> None:
         try:

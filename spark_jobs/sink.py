@@ -270,10 +270,7 @@ class _WriterBase:
             producer = self.producer(transactional_id)
             # Fences every earlier attempt with this id and completes (aborts) what it left open.
             producer.init_transactions(60)
-        self._transactional_id = transactional_id
-        # Zombies of this id in this process are fenced now; let them go (a raw writer's keeps its
-        # loop thread: test hooks only, as a hung executor would).
-        _ZOMBIES[:] = [z for z in _ZOMBIES if z[0] != transactional_id]
+        self.adopt_task(transactional_id)
         last = None
         if commit_log is not None:
             known = _COMMITTED.pop(transactional_id, None)
@@ -284,6 +281,17 @@ class _WriterBase:
                 # Only after init_transactions: no earlier attempt can commit a marker any more.
                 last = last_committed_batch(self.conf, commit_log[0], commit_log[1], transactional_id)
         return producer, last
+
+    def adopt_task(self, transactional_id: str) -> None:
+        """This task writes as ``transactional_id``, whose earlier producers its InitProducerId
+        has just fenced: zombies of that id in this process can go (a raw writer's keeps its loop
+        thread: test hooks only, as a hung executor would)."""
+        self._transactional_id = transactional_id
+        _ZOMBIES[:] = [z for z in _ZOMBIES if z[0] != transactional_id]
+
+    def keeps_open(self, producer: Producer | raw_writer.RawTransaction) -> bool:
+        """An injected failure's zombie: left open (not closed) for the retry to fence."""
+        return any(z[1] is producer for z in _ZOMBIES)
 
     def write_transaction(self, batches: Iterator[pa.RecordBatch], *, transactional_id: str,
                           batch_id: int | None, partition: int, attempt: int,
@@ -334,7 +342,7 @@ class _WriterBase:
                 _COMMITTED[transactional_id] = (txn.producer_id, txn.epoch, batch_id)
             return TaskReport(partition, batch_id, attempt, n, False, transactional_id)
         finally:
-            if not any(z[1] is txn for z in _ZOMBIES):  # an injected failure's zombie stays open
+            if not self.keeps_open(txn):
                 txn.close()
 
     def micro_batch_ids(self, query_id: str, partition: int) -> tuple[str, tuple[str, int]]:

@@ -46,6 +46,7 @@ import pyarrow as pa
 
 from protocol.errors import ErrorCode
 
+from . import raw_writer
 from .sink_parts import CRASH_ENV, Rows, SinkWriter, TaskReport, crash_driver
 from .twopc_producer import PreparedTxnState, Record, SinkProducer, TwoPhaseError, murmur2_partition
 
@@ -344,9 +345,41 @@ def write_task(writer: SinkWriter, batches: Iterator[pa.RecordBatch], *, batch_i
         for _ in batches:  # Spark expects the input consumed
             pass
         return TaskReport(partition, batch_id, attempt, 0, True, tid)
-    n, prepared = asyncio.run(_write(writer, state, tid, batches, batch_id=batch_id, partition=partition,
-                                     attempt=attempt))
+    if raw_writer.usable(writer.conf, writer.columns, writer.raw_writer) and not state.batch_header:
+        n, prepared = _write_raw(writer, tid, batches, batch_id=batch_id, partition=partition, attempt=attempt)
+    else:
+        n, prepared = asyncio.run(_write(writer, state, tid, batches, batch_id=batch_id, partition=partition,
+                                         attempt=attempt))
     return TaskReport(partition, batch_id, attempt, n, False, tid, str(prepared))
+
+
+def _not_enabled(e: TwoPhaseError) -> RuntimeError | None:
+    if e.code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+        return RuntimeError("exactlyOnce.mode=2pc needs transaction.two.phase.commit.enable=true on the broker "
+                            "(and TWO_PHASE_COMMIT on the transactional ids when ACLs are on)")
+    return None
+
+
+def _write_raw(writer: SinkWriter, tid: str, batches: Iterator[pa.RecordBatch], *, batch_id: int,
+               partition: int, attempt: int) -> tuple[int, PreparedTxnState]:
+    """The task through the raw writer (spark_jobs/raw_writer.py) when it can serve it: rows
+    encoded from the Arrow columns, not one Python tuple each. Keyless rows start at a partition
+    of the transactional id's hash, not at the task's partition as in :func:`_write`."""
+    txn = raw_writer.RawTransaction(writer.conf, tid, two_phase=True)
+    try:
+        try:
+            txn.init()  # fences earlier attempts of this task and aborts what they left open
+        except TwoPhaseError as e:
+            if (err := _not_enabled(e)) is not None:
+                raise err from e
+            raise
+        writer.adopt_task(tid)
+        txn.begin()
+        n = writer.produce_raw(txn, batches, batch_id=batch_id, partition=partition, attempt=attempt)
+        return n, txn.prepare()
+    finally:
+        if not writer.keeps_open(txn):
+            txn.close()
 
 
 async def _write(writer: SinkWriter, state: TwoPc, tid: str, batches: Iterator[pa.RecordBatch], *,
@@ -361,9 +394,8 @@ async def _write(writer: SinkWriter, state: TwoPc, tid: str, batches: Iterator[p
         try:
             await p.start()  # fences earlier attempts of this task and aborts what they left open
         except TwoPhaseError as e:
-            if e.code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-                raise RuntimeError("exactlyOnce.mode=2pc needs transaction.two.phase.commit.enable=true on "
-                                   "the broker (and TWO_PHASE_COMMIT on the transactional ids when ACLs are on)") from e
+            if (err := _not_enabled(e)) is not None:
+                raise err from e
             raise
         pending: dict[tuple[str, int], list[Record]] = {}
         size: dict[tuple[str, int], int] = {}

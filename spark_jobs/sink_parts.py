@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -112,5 +113,14 @@ class SinkWriter(Protocol):
     topic: str | None
     twopc: Any
     fail_task: FailTask | None
+    columns: list[str]
+    raw_writer: bool  # the sink option rawWriter
 
     def opt(self, name: str) -> str | None: ...
+
+    def adopt_task(self, transactional_id: str) -> None: ...
+
+    def produce_raw(self, txn: Any, batches: Iterator[pa.RecordBatch], *, batch_id: int | None, partition: int,
+                    attempt: int) -> int: ...
+
+    def keeps_open(self, producer: Any) -> bool: ...

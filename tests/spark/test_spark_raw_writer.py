@@ -158,7 +158,8 @@ def test_usable() -> None:
 
 
 def test_writing_outside_a_transaction_is_refused(broker: Any) -> None:
-    """Rows written after a flush without a new begin() would never be sent: refused instead."""
+    """Rows written after a flush without a new begin() would never be sent: refused instead; and
+    prepare() is for 2pc transactions only."""
     create_topic(broker.bootstrap, "raw-o", partitions=1)
     txn = raw_writer.RawTransaction({"bootstrap.servers": broker.bootstrap}, "raw-o-task")
     batch = pa.record_batch([pa.array([b"o"], pa.binary())], names=["value"])
@@ -172,6 +173,8 @@ def test_writing_outside_a_transaction_is_refused(broker: Any) -> None:
         with pytest.raises(RuntimeError, match="begin"):
             txn.write(batch, "raw-o")
         txn.begin()
+        with pytest.raises(RuntimeError, match="two_phase"):
+            txn.prepare()  # a task transaction commits; only a 2pc one (InitProducerId with enable2Pc) prepares
         txn.commit()
     finally:
         txn.close()

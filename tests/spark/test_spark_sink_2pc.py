@@ -1,6 +1,8 @@
 """The 2pc sink mode (``exactlyOnce.mode=2pc``, spark_jobs/sink_2pc.py): the recovery decision,
 prepared task transactions the driver commits, the gate, recovery after a driver crash in the
-middle of a commit and before one, and a streaming query whose task fails mid-batch."""
+middle of a commit and before one, and a streaming query whose task fails mid-batch. The task
+tests run twice: with the batch-id header (each row through the 2pc producer's batches) and
+without it (the raw writer, spark_jobs/raw_writer.py, with two_phase)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import pytest
 from kafka_util import create_topic, produce, read_all, values
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from spark_jobs import sink, sink_2pc
+from spark_jobs import raw_writer, sink, sink_2pc
 from spark_jobs.twopc_producer import PreparedTxnState, SinkProducer
 
 SINK_SCHEMA = StructType([StructField("key", BinaryType()), StructField("value", StringType())])
@@ -52,10 +54,28 @@ def _checkpoint(tmp_path: Path) -> Path:
     return ck
 
 
-def _writer(bootstrap: str, ck: Path, **options: str) -> sink.KBrokerStreamWriter:
+# With the batch-id header every row goes through the 2pc producer's batches (the raw writer has no
+# headers); without it, through the raw writer.
+WRITERS = pytest.mark.parametrize("header", [True, False], ids=["rows", "raw"])
+
+
+def _writer(bootstrap: str, ck: Path, header: bool = True, **options: str) -> sink.KBrokerStreamWriter:
+    extra = {"kbroker.sink.batchIdHeader": "batch"} if header else {}
     return sink.KBrokerStreamWriter({"kafka.bootstrap.servers": bootstrap, "topic": "out", "checkpointLocation": str(ck),
-                                     "exactlyOnce.mode": "2pc", "kbroker.sink.batchIdHeader": "batch", **options},
-                                    SINK_SCHEMA)
+                                     "exactlyOnce.mode": "2pc", **extra, **options}, SINK_SCHEMA)
+
+
+@pytest.fixture
+def raw_prepares(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The transactional ids the raw writer prepared in this process."""
+    seen: list[str] = []
+    real = raw_writer.RawTransaction.prepare
+
+    def prepare(self: raw_writer.RawTransaction) -> PreparedTxnState:
+        seen.append(self.transactional_id)
+        return real(self)
+    monkeypatch.setattr(raw_writer.RawTransaction, "prepare", prepare)
+    return seen
 
 
 def _rows(vals: list[str]) -> Any:
@@ -78,21 +98,24 @@ def _committed(bootstrap: str) -> list[bytes]:
     return sorted(values(read_all(bootstrap, "out")))
 
 
-def test_driver_commits_prepared_tasks_and_recovers_after_crashes(broker_factory: Any, tmp_path: Path) -> None:
+@WRITERS
+def test_driver_commits_prepared_tasks_and_recovers_after_crashes(broker_factory: Any, tmp_path: Path, header: bool,
+                                                                  raw_prepares: list[str]) -> None:
     broker = broker_factory(TWO_PC)
     create_topic(broker.bootstrap, "out", partitions=2)
     ck = _checkpoint(tmp_path)
-    w = _writer(broker.bootstrap, ck)
+    w = _writer(broker.bootstrap, ck, header)
     assert w.twopc is not None and w.twopc.prefix == P
 
     # Batch 0: both tasks prepare; nothing is visible until the driver's commit.
     r = [_task(w, 0, 0, ["a", "b"]), _task(w, 0, 1, ["c"])]
     assert all(x.prepared for x in r) and _committed(broker.bootstrap) == []
     assert _open(broker.bootstrap) == [P + "0.0", P + "0.1", P + "gate"]
+    assert raw_prepares == ([] if header else [P + "0.0", P + "0.1"])
     w.commit(r, 0)
     (ck / "commits" / "0").write_text("v1\n{}\n")  # what Spark does after commit() returns
     assert _committed(broker.bootstrap) == [b"a", b"b", b"c"]
-    assert all(h == [("batch", b"0")] for *_, h in _headers(broker.bootstrap))
+    assert all(h == ([("batch", b"0")] if header else None) for *_, h in _headers(broker.bootstrap))
 
     # Batch 1: the driver dies in the middle of its commit: decision recorded, one of two
     # transactions committed. The gate keeps the committed half invisible.
@@ -103,7 +126,7 @@ def test_driver_commits_prepared_tasks_and_recovers_after_crashes(broker_factory
 
     # Restart: recovery rolls batch 1 forward (decided, though Spark's log lacks it) and Spark's
     # replay of batch 1 writes nothing.
-    w2 = _writer(broker.bootstrap, ck)
+    w2 = _writer(broker.bootstrap, ck, header)
     assert w2.twopc is not None and w2.twopc.skip == {1}
     assert _committed(broker.bootstrap) == [b"a", b"b", b"c", b"d", b"e", b"f"]
     replay = [_task(w2, 1, 0, ["d"]), _task(w2, 1, 1, ["e", "f"])]
@@ -115,17 +138,18 @@ def test_driver_commits_prepared_tasks_and_recovers_after_crashes(broker_factory
     # Batch 2: the driver dies after the tasks prepared, before deciding: recovery aborts them.
     _task(w2, 2, 0, ["g"])
     _task(w2, 2, 1, ["h"])
-    w3 = _writer(broker.bootstrap, ck)
+    w3 = _writer(broker.bootstrap, ck, header)
     assert w3.twopc is not None and not w3.twopc.skip
     assert _open(broker.bootstrap) == [P + "gate"]  # nothing stays prepared
     assert _committed(broker.bootstrap) == [b"a", b"b", b"c", b"d", b"e", b"f"]
     assert not (ck / sink_2pc.DECISIONS_DIR / "0.json").exists()  # Spark's log has batch 0
 
 
-def test_abort_rolls_back_undecided_batch(broker_factory: Any, tmp_path: Path) -> None:
+@WRITERS
+def test_abort_rolls_back_undecided_batch(broker_factory: Any, tmp_path: Path, header: bool) -> None:
     broker = broker_factory(TWO_PC)
     create_topic(broker.bootstrap, "out", partitions=2)
-    w = _writer(broker.bootstrap, _checkpoint(tmp_path))
+    w = _writer(broker.bootstrap, _checkpoint(tmp_path), header)
     r = [_task(w, 0, 0, ["a"]), None]  # task 1 failed (no message) with its transaction open
     _task(w, 0, 1, ["b"])
     w.abort(r, 0)
@@ -133,9 +157,10 @@ def test_abort_rolls_back_undecided_batch(broker_factory: Any, tmp_path: Path) -
     assert _committed(broker.bootstrap) == []
 
 
-def test_2pc_without_the_broker_config_says_so(broker: Any, tmp_path: Path) -> None:
+@WRITERS
+def test_2pc_without_the_broker_config_says_so(broker: Any, tmp_path: Path, header: bool) -> None:
     create_topic(broker.bootstrap, "out", partitions=1)
-    w = _writer(broker.bootstrap, _checkpoint(tmp_path))
+    w = _writer(broker.bootstrap, _checkpoint(tmp_path), header)
     with pytest.raises(RuntimeError, match="transaction.two.phase.commit.enable"):
         _task(w, 0, 0, ["a"])
 
@@ -159,7 +184,8 @@ def _headers(bootstrap: str) -> list[tuple[bytes, list[tuple[str, bytes]]]]:
         c.close()
 
 
-def test_stream_2pc_task_failure_exactly_once(spark: Any, broker_factory: Any, tmp_path: Path) -> None:
+@WRITERS
+def test_stream_2pc_task_failure_exactly_once(spark: Any, broker_factory: Any, tmp_path: Path, header: bool) -> None:
     """A streaming query in 2pc mode whose sink task of batch 1 fails after 300 rows: Spark retries
     the task, the retry fences the failed attempt (its open transaction is aborted), no duplicates."""
     from spark_jobs.uppercase import transform
@@ -174,7 +200,7 @@ def test_stream_2pc_task_failure_exactly_once(spark: Any, broker_factory: Any, t
           .load())
     q = (transform(df).writeStream.format("kbroker").option("kafka.bootstrap.servers", broker.bootstrap)
          .option("topic", "out").option("checkpointLocation", str(tmp_path / "ck"))
-         .option("exactlyOnce.mode", "2pc").option("kbroker.sink.batchIdHeader", "batch")
+         .option("exactlyOnce.mode", "2pc").options(**({"kbroker.sink.batchIdHeader": "batch"} if header else {}))
          .option("kbroker.fault.failTask", "1:0:300").trigger(availableNow=True).start())
     q.awaitTermination()
     assert q.exception() is None
