@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/spark_writer_bench.py [--records 1000000] [--size 100] [--rounds 3]
                                                       [--task-rows 30000] [--tasks 10] [--out FILE]
+                                                      [--compression none|gzip|lz4|zstd]
 
 Starts a kbroker subprocess (2-partition topics) and drives ``spark_jobs.sink.KBrokerStreamWriter``
 as a Spark task would, with the sink option ``rawWriter=true`` (spark_jobs/raw_writer.py) and
@@ -13,6 +14,8 @@ as a Spark task would, with the sink option ``rawWriter=true`` (spark_jobs/raw_w
 - ``--tasks`` micro-batch tasks of ``--task-rows`` rows each on one transactional id, as
   consecutive micro-batches of one Spark partition (set-up, rows, commit marker, commit): the
   median milliseconds of a task's set-up and of its write.
+
+``--compression`` sets the sink option ``kafka.compression.type`` for both writers.
 
 Prints every run and the medians, and writes them to ``--out`` (default
 benchmarks/results/spark_writer_bench.md). Every loop is bounded by its counts.
@@ -57,8 +60,14 @@ class _Started:  # what KBrokerStreamWriter.write hands write_micro_batch: the s
         return self.value
 
 
-def one_transaction(bootstrap: str, topic: str, raw: str, records: int, size: int) -> dict[str, float]:
-    w = sink.KBrokerStreamWriter({"kafka.bootstrap.servers": bootstrap, "topic": topic, "rawWriter": raw}, SCHEMA)
+def _options(bootstrap: str, topic: str, raw: str, compression: str) -> dict[str, str]:
+    return {"kafka.bootstrap.servers": bootstrap, "topic": topic, "rawWriter": raw,
+            "kafka.compression.type": compression}
+
+
+def one_transaction(bootstrap: str, topic: str, raw: str, records: int, size: int,
+                    compression: str = "none") -> dict[str, float]:
+    w = sink.KBrokerStreamWriter(_options(bootstrap, topic, raw, compression), SCHEMA)
     batch = _batch(size)
     t0, c0 = time.monotonic(), time.process_time()
     report = w.write_transaction(iter([batch] * (records // BATCH_ROWS)), transactional_id=f"{topic}-tx",
@@ -67,8 +76,9 @@ def one_transaction(bootstrap: str, topic: str, raw: str, records: int, size: in
     return {"rows_per_s": report.records / wall, "cpu_us_per_row": cpu / report.records * 1e6}
 
 
-def micro_batches(bootstrap: str, topic: str, raw: str, tasks: int, rows: int, size: int) -> dict[str, float]:
-    w = sink.KBrokerStreamWriter({"kafka.bootstrap.servers": bootstrap, "topic": topic, "rawWriter": raw}, SCHEMA)
+def micro_batches(bootstrap: str, topic: str, raw: str, tasks: int, rows: int, size: int,
+                  compression: str = "none") -> dict[str, float]:
+    w = sink.KBrokerStreamWriter(_options(bootstrap, topic, raw, compression), SCHEMA)
     batch = _batch(size)
     setups, writes = [], []
     for batch_id in range(tasks):
@@ -91,6 +101,7 @@ def main() -> None:
     ap.add_argument("--task-rows", type=int, default=30_000)
     ap.add_argument("--tasks", type=int, default=10)
     ap.add_argument("--out", default=str(HERE / "results" / "spark_writer_bench.md"))
+    ap.add_argument("--compression", default="none", choices=("none", "gzip", "lz4", "zstd"))
     args = ap.parse_args()
     runs: dict[str, list[dict[str, float]]] = {"true": [], "false": []}
     with tempfile.TemporaryDirectory(prefix="spark-writer-bench-") as tmp:
@@ -101,8 +112,9 @@ def main() -> None:
                 for raw in ("true", "false"):
                     topic = f"w-{raw}-{rnd}"
                     create_topic(broker.bootstrap, topic, partitions=2)
-                    res = one_transaction(broker.bootstrap, topic, raw, args.records, args.size)
-                    res |= micro_batches(broker.bootstrap, f"{topic}-mb", raw, args.tasks, args.task_rows, args.size)
+                    res = one_transaction(broker.bootstrap, topic, raw, args.records, args.size, args.compression)
+                    res |= micro_batches(broker.bootstrap, f"{topic}-mb", raw, args.tasks, args.task_rows, args.size,
+                                         args.compression)
                     if len(read_all(broker.bootstrap, topic)) != args.records // BATCH_ROWS * BATCH_ROWS:
                         raise SystemExit(f"{topic}: committed rows do not match")
                     runs[raw].append(res)
@@ -112,7 +124,7 @@ def main() -> None:
         finally:
             broker.stop()
     lines = [f"## {datetime.now():%Y-%m-%d %H:%M} {commit_of(ROOT)}: {args.records:,} × {args.size} B, "
-             f"tasks of {args.task_rows:,} rows, {args.rounds} rounds, medians", "",
+             f"tasks of {args.task_rows:,} rows, compression {args.compression}, {args.rounds} rounds, medians", "",
              "| writer | rows/s | CPU µs/row | task set-up ms | task write ms |", "| --- | ---: | ---: | ---: | ---: |"]
     for raw, label in (("true", "raw writer"), ("false", "librdkafka")):
         med = {k: statistics.median(r[k] for r in runs[raw]) for k in runs[raw][0]}

@@ -30,10 +30,16 @@ The 2pc sink (spark_jobs/sink_2pc.py) uses it too, with ``two_phase=True``: Init
 for enable2Pc, and a task ends with ``prepare`` (every chunk acknowledged, the transaction left
 open for the driver to complete) instead of ``commit``.
 
+Compression (``compression.type`` or its alias ``compression.codec``: gzip, lz4 or zstd, at
+``compression.level`` when given, else the codec's default as librdkafka uses it) is applied per
+chunk, on the task's thread (the codecs release the GIL): the records section of each batch is
+compressed and the codec set in its attributes, as a producer's batch. lz4 is an LZ4 frame with
+independent blocks (Kafka's framing for v2 batches), gzip a gzip member.
+
 It serves the common case only; ``usable`` says when: the compiled module is importable, the
-connection is PLAINTEXT, no compression is asked for, and the rows have only ``key`` and
-``value`` columns (one topic, partitioned by key). Everything else, and the writer option
-``rawWriter=false``, goes through librdkafka as before.
+connection is PLAINTEXT, the compression is none, gzip, lz4 or zstd (snappy is left to librdkafka),
+and the rows have only ``key`` and ``value`` columns (one topic, partitioned by key). Everything
+else, and the writer option ``rawWriter=false``, goes through librdkafka as before.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -80,13 +86,44 @@ _HEAD = struct.Struct(">hiqqqhii")  # attributes .. record count: what the CRC c
 _TRANSACTIONAL = 0x10
 
 
+def _compression(conf: Mapping[str, str]) -> str:
+    return str(conf.get("compression.type", conf.get("compression.codec", "none"))).lower()
+
+
+def _gzip(level: int) -> Callable[[bytes], bytes]:
+    def compress(data: bytes) -> bytes:
+        c = zlib.compressobj(level, zlib.DEFLATED, 31)  # wbits 16 + 15: a gzip member
+        return c.compress(data) + c.flush()
+    return compress
+
+
+def _lz4(level: int) -> Callable[[bytes], bytes]:
+    import lz4.frame
+
+    def compress(data: bytes) -> bytes:
+        return lz4.frame.compress(data, compression_level=level, block_linked=False)
+    return compress
+
+
+def _zstd(level: int) -> Callable[[bytes], bytes]:
+    import zstandard
+
+    compressor = zstandard.ZstdCompressor(level=level)  # one per writer: a task's thread uses it
+    return compressor.compress
+
+
+# codec -> (attribute bits, librdkafka's default level for compression.level=-1, compressor factory)
+_CODECS: dict[str, tuple[int, int, Callable[[int], Callable[[bytes], bytes]]]] = {
+    "gzip": (1, 6, _gzip), "lz4": (3, 0, _lz4), "zstd": (4, 3, _zstd)}
+
+
 def usable(conf: Mapping[str, str], column_names: Sequence[str], wanted: bool = True) -> bool:
     """Whether the raw writer can write a task with these settings and columns (module docstring)."""
     if encode_records is None or not wanted:
         return False
     if not set(column_names) <= {"key", "value"}:
         return False
-    if str(conf.get("compression.type", conf.get("compression.codec", "none"))).lower() != "none":
+    if _compression(conf) not in ("none", *_CODECS):
         return False
     return str(conf.get("security.protocol", "plaintext")).lower() == "plaintext"
 
@@ -137,6 +174,12 @@ class RawTransaction:
         self._buffered = 0
         self._send_error: BaseException | None = None
         self._counts: dict[str, int] = {}
+        codec = _compression(conf)
+        self._codec, self._compress = 0, None
+        if codec in _CODECS:
+            bits, default_level, factory = _CODECS[codec]
+            level = int(conf.get("compression.level", -1))
+            self._codec, self._compress = bits, factory(default_level if level < 0 else level)
 
     @property
     def producer_id(self) -> int:
@@ -246,7 +289,9 @@ class RawTransaction:
         seq = p._sequences.get(tp, 0)
         p._sequences[tp] = seq + count
         now = int(time.time() * 1000)
-        head = _HEAD.pack(_TRANSACTIONAL, count - 1, now, now, p.producer_id, p.epoch, seq, count)
+        if self._compress is not None:
+            records = self._compress(records)
+        head = _HEAD.pack(_TRANSACTIONAL | self._codec, count - 1, now, now, p.producer_id, p.epoch, seq, count)
         crc = crc32c(records, crc32c(head))
         pre = _PRE.pack(0, 49 + len(records), -1, 2, crc)
         return _Chunk(topic, partition, seq, count, b"".join((pre, head, records)))
