@@ -280,11 +280,12 @@ static PyTypeObject ColumnsType = {
  *
  * encode_records(value_validity, value_offsets, value_data, value_first,
  *                key_validity, key_offsets, key_data, key_first, n, partitions, null_partition,
- *                max_bytes) -> [(partition, count, records), ...]
+ *                max_bytes[, headers]) -> [(partition, count, records), ...]
  *
  * Encodes n rows of Arrow binary columns (buffers as Arrow holds them: validity bitmap or None,
- * int32 offsets, data; *_first = the array's slice offset) as v2 records without headers, timestamp
- * delta 0, offset deltas from 0 within each chunk. A row goes to partition
+ * int32 offsets, data; *_first = the array's slice offset) as v2 records, timestamp delta 0, offset
+ * deltas from 0 within each chunk, each ending with ``headers``: the record's headers section as
+ * bytes, the same for every row (its varint count, then each header; default b"\0", no headers). A row goes to partition
  * (murmur2(key) & 0x7fffffff) % partitions (Java's default partitioner, librdkafka's murmur2) when
  * it has a key, else to null_partition. Each partition's rows become chunks of at most max_bytes of
  * records (a record larger than that is a chunk of its own), returned in row order per partition.
@@ -433,11 +434,14 @@ static PyObject *encode_records(PyObject *Py_UNUSED(module), PyObject *args)
 {
     PyObject *vv, *vo, *vd, *kv, *ko, *kd;
     Py_ssize_t vfirst, kfirst, n, partitions, null_partition, max_bytes;
-    if (!PyArg_ParseTuple(args, "OOOnOOOnnnnn", &vv, &vo, &vd, &vfirst, &kv, &ko, &kd, &kfirst, &n, &partitions,
-                          &null_partition, &max_bytes))
+    const char *hb = "";
+    Py_ssize_t hlen = 1; /* b"\0": no headers */
+    if (!PyArg_ParseTuple(args, "OOOnOOOnnnnn|y#", &vv, &vo, &vd, &vfirst, &kv, &ko, &kd, &kfirst, &n, &partitions,
+                          &null_partition, &max_bytes, &hb, &hlen))
         return NULL;
-    if (n < 0 || partitions <= 0 || null_partition < 0 || null_partition >= partitions || max_bytes <= 0) {
-        PyErr_SetString(PyExc_ValueError, "bad row count, partition count, null partition or max_bytes");
+    if (n < 0 || partitions <= 0 || null_partition < 0 || null_partition >= partitions || max_bytes <= 0 ||
+        hlen < 1) {
+        PyErr_SetString(PyExc_ValueError, "bad row count, partition count, null partition, max_bytes or headers");
         return NULL;
     }
     ArrowBin val, key;
@@ -480,13 +484,13 @@ static PyObject *encode_records(PyObject *Py_UNUSED(module), PyObject *args)
         Chunk *ch = &chunks[part];
         int64_t od = ch->count;
         Py_ssize_t body = 1 + 1 + zz_len(od) + zz_len(klen) + (klen > 0 ? klen : 0) + zz_len(vlen) +
-                          (vlen > 0 ? vlen : 0) + 1;
+                          (vlen > 0 ? vlen : 0) + hlen;
         Py_ssize_t size = zz_len(body) + body;
         if (ch->count > 0 && ch->buf.len + size > max_bytes) {
             if (flush_chunk(out, ch, part) == NULL)
                 goto fail;
             od = 0;
-            body = 1 + 1 + 1 + zz_len(klen) + (klen > 0 ? klen : 0) + zz_len(vlen) + (vlen > 0 ? vlen : 0) + 1;
+            body = 1 + 1 + 1 + zz_len(klen) + (klen > 0 ? klen : 0) + zz_len(vlen) + (vlen > 0 ? vlen : 0) + hlen;
             size = zz_len(body) + body;
         }
         if (!buf_reserve(&ch->buf, size))
@@ -506,7 +510,8 @@ static PyObject *encode_records(PyObject *Py_UNUSED(module), PyObject *args)
             memcpy(p, vp, (size_t)vlen);
             p += vlen;
         }
-        *p++ = 0; /* no headers */
+        memcpy(p, hb, (size_t)hlen); /* the headers section (b"\0": none) */
+        p += hlen;
         ch->buf.len = p - ch->buf.p;
         ch->count++;
     }
@@ -530,7 +535,7 @@ done:
 static PyMethodDef module_methods[] = {
     {"encode_records", encode_records, METH_VARARGS,
      "encode_records(value_validity, value_offsets, value_data, value_first, key_validity, key_offsets, "
-     "key_data, key_first, n, partitions, null_partition, max_bytes) -> [(partition, count, records), ...]"},
+     "key_data, key_first, n, partitions, null_partition, max_bytes[, headers]) -> [(partition, count, records), ...]"},
     {NULL, NULL, 0, NULL},
 };
 

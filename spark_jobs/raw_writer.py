@@ -28,7 +28,8 @@ aborts its transaction.
 
 The 2pc sink (spark_jobs/sink_2pc.py) uses it too, with ``two_phase=True``: InitProducerId asks
 for enable2Pc, and a task ends with ``prepare`` (every chunk acknowledged, the transaction left
-open for the driver to complete) instead of ``commit``.
+open for the driver to complete) instead of ``commit``; and ``headers``, the same headers on every
+row (its batch-id header).
 
 Compression (``compression.type`` or its alias ``compression.codec``: gzip, lz4 or zstd, at
 ``compression.level`` when given, else the codec's default as librdkafka uses it) is applied per
@@ -59,6 +60,7 @@ from kafka.protocol.producer import ProduceRequest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from protocol.errors import ErrorCode
+from storage.batch import headers_section
 
 from .raw_reader import bootstrap_addresses
 from .twopc_producer import PreparedTxnState, SinkProducer, TwoPhaseError
@@ -153,9 +155,12 @@ class RawTransaction:
     ``close`` at the end."""
 
     def __init__(self, conf: Mapping[str, str], transactional_id: str, *, transaction_timeout_ms: int = 60000,
-                 retry_deadline_s: float = 60.0, two_phase: bool = False) -> None:
+                 retry_deadline_s: float = 60.0, two_phase: bool = False,
+                 headers: Sequence[tuple[str, bytes | None]] = ()) -> None:
         self.transactional_id = transactional_id
         self.two_phase = two_phase
+        # Every row's headers (the 2pc sink's batch-id header): encoded once, copied into each record.
+        self._headers = headers_section(headers)
         self.transaction_timeout_ms = transaction_timeout_ms
         self.retry_deadline_s = retry_deadline_s
         addresses = bootstrap_addresses(conf)
@@ -218,7 +223,7 @@ class RawTransaction:
         key = _binary_buffers(batch.column(names.index("key"))) if "key" in names else (None, None, None, 0)
         keyless = self._next_keyless.get(topic, zlib.crc32(self.transactional_id.encode()) % count) % count
         self._next_keyless[topic] = keyless + 1
-        encoded = encode_records(*value, *key, n, count, keyless, MAX_CHUNK_BYTES)
+        encoded = encode_records(*value, *key, n, count, keyless, MAX_CHUNK_BYTES, self._headers)
         self._queue_chunks([self._chunk(topic, p, c, records) for p, c, records in encoded])
         return n
 

@@ -345,8 +345,10 @@ def write_task(writer: SinkWriter, batches: Iterator[pa.RecordBatch], *, batch_i
         for _ in batches:  # Spark expects the input consumed
             pass
         return TaskReport(partition, batch_id, attempt, 0, True, tid)
-    if raw_writer.usable(writer.conf, writer.columns, writer.raw_writer) and not state.batch_header:
-        n, prepared = _write_raw(writer, tid, batches, batch_id=batch_id, partition=partition, attempt=attempt)
+    if raw_writer.usable(writer.conf, writer.columns, writer.raw_writer):
+        headers = [(state.batch_header, str(batch_id).encode())] if state.batch_header else []
+        n, prepared = _write_raw(writer, tid, batches, batch_id=batch_id, partition=partition, attempt=attempt,
+                                 headers=headers)
     else:
         n, prepared = asyncio.run(_write(writer, state, tid, batches, batch_id=batch_id, partition=partition,
                                          attempt=attempt))
@@ -361,11 +363,12 @@ def _not_enabled(e: TwoPhaseError) -> RuntimeError | None:
 
 
 def _write_raw(writer: SinkWriter, tid: str, batches: Iterator[pa.RecordBatch], *, batch_id: int,
-               partition: int, attempt: int) -> tuple[int, PreparedTxnState]:
+               partition: int, attempt: int, headers: list[tuple[str, bytes]]) -> tuple[int, PreparedTxnState]:
     """The task through the raw writer (spark_jobs/raw_writer.py) when it can serve it: rows
-    encoded from the Arrow columns, not one Python tuple each. Keyless rows start at a partition
-    of the transactional id's hash, not at the task's partition as in :func:`_write`."""
-    txn = raw_writer.RawTransaction(writer.conf, tid, two_phase=True)
+    encoded from the Arrow columns, not one Python tuple each, each with ``headers`` (the batch-id
+    header). Keyless rows start at a partition of the transactional id's hash, not at the task's
+    partition as in :func:`_write`."""
+    txn = raw_writer.RawTransaction(writer.conf, tid, two_phase=True, headers=headers)
     try:
         try:
             txn.init()  # fences earlier attempts of this task and aborts what they left open

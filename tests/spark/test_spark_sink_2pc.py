@@ -1,8 +1,8 @@
 """The 2pc sink mode (``exactlyOnce.mode=2pc``, spark_jobs/sink_2pc.py): the recovery decision,
 prepared task transactions the driver commits, the gate, recovery after a driver crash in the
 middle of a commit and before one, and a streaming query whose task fails mid-batch. The task
-tests run twice: with the batch-id header (each row through the 2pc producer's batches) and
-without it (the raw writer, spark_jobs/raw_writer.py, with two_phase)."""
+tests run twice: through the raw writer (spark_jobs/raw_writer.py, with two_phase) and with
+rawWriter=false (each row through the 2pc producer's batches)."""
 
 from __future__ import annotations
 
@@ -54,15 +54,13 @@ def _checkpoint(tmp_path: Path) -> Path:
     return ck
 
 
-# With the batch-id header every row goes through the 2pc producer's batches (the raw writer has no
-# headers); without it, through the raw writer.
-WRITERS = pytest.mark.parametrize("header", [True, False], ids=["rows", "raw"])
+WRITERS = pytest.mark.parametrize("raw", [True, False], ids=["raw", "rows"])
 
 
-def _writer(bootstrap: str, ck: Path, header: bool = True, **options: str) -> sink.KBrokerStreamWriter:
-    extra = {"kbroker.sink.batchIdHeader": "batch"} if header else {}
+def _writer(bootstrap: str, ck: Path, raw: bool = True, **options: str) -> sink.KBrokerStreamWriter:
     return sink.KBrokerStreamWriter({"kafka.bootstrap.servers": bootstrap, "topic": "out", "checkpointLocation": str(ck),
-                                     "exactlyOnce.mode": "2pc", **extra, **options}, SINK_SCHEMA)
+                                     "exactlyOnce.mode": "2pc", "kbroker.sink.batchIdHeader": "batch",
+                                     "rawWriter": str(raw).lower(), **options}, SINK_SCHEMA)
 
 
 @pytest.fixture
@@ -99,23 +97,23 @@ def _committed(bootstrap: str) -> list[bytes]:
 
 
 @WRITERS
-def test_driver_commits_prepared_tasks_and_recovers_after_crashes(broker_factory: Any, tmp_path: Path, header: bool,
+def test_driver_commits_prepared_tasks_and_recovers_after_crashes(broker_factory: Any, tmp_path: Path, raw: bool,
                                                                   raw_prepares: list[str]) -> None:
     broker = broker_factory(TWO_PC)
     create_topic(broker.bootstrap, "out", partitions=2)
     ck = _checkpoint(tmp_path)
-    w = _writer(broker.bootstrap, ck, header)
+    w = _writer(broker.bootstrap, ck, raw)
     assert w.twopc is not None and w.twopc.prefix == P
 
     # Batch 0: both tasks prepare; nothing is visible until the driver's commit.
     r = [_task(w, 0, 0, ["a", "b"]), _task(w, 0, 1, ["c"])]
     assert all(x.prepared for x in r) and _committed(broker.bootstrap) == []
     assert _open(broker.bootstrap) == [P + "0.0", P + "0.1", P + "gate"]
-    assert raw_prepares == ([] if header else [P + "0.0", P + "0.1"])
+    assert raw_prepares == ([P + "0.0", P + "0.1"] if raw else [])
     w.commit(r, 0)
     (ck / "commits" / "0").write_text("v1\n{}\n")  # what Spark does after commit() returns
     assert _committed(broker.bootstrap) == [b"a", b"b", b"c"]
-    assert all(h == ([("batch", b"0")] if header else None) for *_, h in _headers(broker.bootstrap))
+    assert all(h == [("batch", b"0")] for *_, h in _headers(broker.bootstrap))
 
     # Batch 1: the driver dies in the middle of its commit: decision recorded, one of two
     # transactions committed. The gate keeps the committed half invisible.
@@ -126,7 +124,7 @@ def test_driver_commits_prepared_tasks_and_recovers_after_crashes(broker_factory
 
     # Restart: recovery rolls batch 1 forward (decided, though Spark's log lacks it) and Spark's
     # replay of batch 1 writes nothing.
-    w2 = _writer(broker.bootstrap, ck, header)
+    w2 = _writer(broker.bootstrap, ck, raw)
     assert w2.twopc is not None and w2.twopc.skip == {1}
     assert _committed(broker.bootstrap) == [b"a", b"b", b"c", b"d", b"e", b"f"]
     replay = [_task(w2, 1, 0, ["d"]), _task(w2, 1, 1, ["e", "f"])]
@@ -138,7 +136,7 @@ def test_driver_commits_prepared_tasks_and_recovers_after_crashes(broker_factory
     # Batch 2: the driver dies after the tasks prepared, before deciding: recovery aborts them.
     _task(w2, 2, 0, ["g"])
     _task(w2, 2, 1, ["h"])
-    w3 = _writer(broker.bootstrap, ck, header)
+    w3 = _writer(broker.bootstrap, ck, raw)
     assert w3.twopc is not None and not w3.twopc.skip
     assert _open(broker.bootstrap) == [P + "gate"]  # nothing stays prepared
     assert _committed(broker.bootstrap) == [b"a", b"b", b"c", b"d", b"e", b"f"]
@@ -146,10 +144,10 @@ def test_driver_commits_prepared_tasks_and_recovers_after_crashes(broker_factory
 
 
 @WRITERS
-def test_abort_rolls_back_undecided_batch(broker_factory: Any, tmp_path: Path, header: bool) -> None:
+def test_abort_rolls_back_undecided_batch(broker_factory: Any, tmp_path: Path, raw: bool) -> None:
     broker = broker_factory(TWO_PC)
     create_topic(broker.bootstrap, "out", partitions=2)
-    w = _writer(broker.bootstrap, _checkpoint(tmp_path), header)
+    w = _writer(broker.bootstrap, _checkpoint(tmp_path), raw)
     r = [_task(w, 0, 0, ["a"]), None]  # task 1 failed (no message) with its transaction open
     _task(w, 0, 1, ["b"])
     w.abort(r, 0)
@@ -158,9 +156,9 @@ def test_abort_rolls_back_undecided_batch(broker_factory: Any, tmp_path: Path, h
 
 
 @WRITERS
-def test_2pc_without_the_broker_config_says_so(broker: Any, tmp_path: Path, header: bool) -> None:
+def test_2pc_without_the_broker_config_says_so(broker: Any, tmp_path: Path, raw: bool) -> None:
     create_topic(broker.bootstrap, "out", partitions=1)
-    w = _writer(broker.bootstrap, _checkpoint(tmp_path), header)
+    w = _writer(broker.bootstrap, _checkpoint(tmp_path), raw)
     with pytest.raises(RuntimeError, match="transaction.two.phase.commit.enable"):
         _task(w, 0, 0, ["a"])
 
@@ -185,7 +183,7 @@ def _headers(bootstrap: str) -> list[tuple[bytes, list[tuple[str, bytes]]]]:
 
 
 @WRITERS
-def test_stream_2pc_task_failure_exactly_once(spark: Any, broker_factory: Any, tmp_path: Path, header: bool) -> None:
+def test_stream_2pc_task_failure_exactly_once(spark: Any, broker_factory: Any, tmp_path: Path, raw: bool) -> None:
     """A streaming query in 2pc mode whose sink task of batch 1 fails after 300 rows: Spark retries
     the task, the retry fences the failed attempt (its open transaction is aborted), no duplicates."""
     from spark_jobs.uppercase import transform
@@ -200,7 +198,8 @@ def test_stream_2pc_task_failure_exactly_once(spark: Any, broker_factory: Any, t
           .load())
     q = (transform(df).writeStream.format("kbroker").option("kafka.bootstrap.servers", broker.bootstrap)
          .option("topic", "out").option("checkpointLocation", str(tmp_path / "ck"))
-         .option("exactlyOnce.mode", "2pc").options(**({"kbroker.sink.batchIdHeader": "batch"} if header else {}))
+         .option("exactlyOnce.mode", "2pc").option("kbroker.sink.batchIdHeader", "batch")
+         .option("rawWriter", str(raw).lower())
          .option("kbroker.fault.failTask", "1:0:300").trigger(availableNow=True).start())
     q.awaitTermination()
     assert q.exception() is None

@@ -1,6 +1,6 @@
 """The Spark raw writer's compiled encoder (spark_jobs/_record_columns.c, encode_records) and batch
 header: records and partitions checked against kafka-python's decoder and murmur2, chunk sizes,
-Arrow slices and nulls, and bad input refused."""
+Arrow slices and nulls, the same headers on every row, and bad input refused."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from kafka.partitioner.default import murmur2
 from kafka.record.default_records import DefaultRecordBatch
 
 from spark_jobs import raw_writer
+from storage.batch import headers_section
 
 pytestmark = pytest.mark.skipif(raw_writer.encode_records is None, reason="spark_jobs._record_columns is not built")
 
@@ -25,14 +26,15 @@ def _header(partition: int, count: int, records: bytes) -> bytes:
     """The batch RawTransaction sends for this chunk (its _chunk, with a stand-in producer)."""
     txn = raw_writer.RawTransaction.__new__(raw_writer.RawTransaction)
     txn._producer = _Producer()  # type: ignore[assignment]
+    txn._codec, txn._compress = 0, None
     return txn._chunk("t", partition, count, records).batch
 
 
 def _encode(values: pa.Array, keys: pa.Array | None, partitions: int, null_partition: int,
-            max_bytes: int = 1 << 20) -> list[tuple[int, int, bytes]]:
+            max_bytes: int = 1 << 20, *headers: bytes) -> list[tuple[int, int, bytes]]:
     key_bufs = raw_writer._binary_buffers(keys) if keys is not None else (None, None, None, 0)
     return raw_writer.encode_records(*raw_writer._binary_buffers(values), *key_bufs, len(values), partitions,
-                                     null_partition, max_bytes)
+                                     null_partition, max_bytes, *headers)
 
 
 def test_records_and_partitions_match_kafka_python() -> None:
@@ -76,6 +78,26 @@ def test_string_columns_and_keyless_rows() -> None:
     assert [(r.key, r.value) for r in rows] == [(None, "é".encode()), (None, None), (None, b""), (None, b"abc")]
 
 
+def test_every_row_carries_the_given_headers() -> None:
+    """The 2pc sink's batch-id header (and a null-valued one) on every record, chunks still bounded."""
+    headers = [("batch", b"17"), ("kbroker.none", None), ("é", b"")]
+    vals = pa.array([None if i % 9 == 0 else b"v%d" % i * (i % 5) for i in range(500)], pa.binary())
+    keys = pa.array([None if i % 4 == 0 else b"k%d" % i for i in range(500)], pa.binary())
+    chunks = _encode(vals, keys, 3, 1, 600, headers_section(headers))
+    seen = 0
+    for partition, count, records in chunks:
+        assert len(records) <= 600 or count == 1
+        rows = list(DefaultRecordBatch(_header(partition, count, records)))
+        assert [r.offset for r in rows] == list(range(count))
+        assert all(r.headers == [("batch", b"17"), ("kbroker.none", None), ("é", b"")] for r in rows)
+        seen += count
+    assert seen == 500
+    # Without the argument, or with the empty section, no headers.
+    for extra in ((), (headers_section([]),)):
+        [(partition, count, records)] = _encode(pa.array([b"a"], pa.binary()), None, 1, 0, 1000, *extra)
+        assert [r.headers for r in DefaultRecordBatch(_header(partition, count, records))] == [[]]
+
+
 def test_bad_arguments_are_refused() -> None:
     vals = pa.array([b"a", b"b"], pa.binary())
     with pytest.raises(ValueError):
@@ -87,3 +109,5 @@ def test_bad_arguments_are_refused() -> None:
         raw_writer.encode_records(validity, offsets, data, first, None, None, None, 0, 5, 1, 0, 1000)
     with pytest.raises(ValueError):  # no value column
         raw_writer.encode_records(None, None, None, 0, None, None, None, 0, 2, 1, 0, 1000)
+    with pytest.raises(ValueError):  # a headers section needs at least its count
+        raw_writer.encode_records(validity, offsets, data, first, None, None, None, 0, 2, 1, 0, 1000, b"")
