@@ -58,9 +58,9 @@ import pyarrow as pa
 from crc32c import crc32c
 from kafka.protocol.producer import ProduceRequest
 from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka.record.util import encode_varint
 
 from protocol.errors import ErrorCode
-from storage.batch import headers_section
 
 from .raw_reader import bootstrap_addresses
 from .twopc_producer import PreparedTxnState, SinkProducer, TwoPhaseError
@@ -128,6 +128,20 @@ def usable(conf: Mapping[str, str], column_names: Sequence[str], wanted: bool = 
     if _compression(conf) not in ("none", *_CODECS):
         return False
     return str(conf.get("security.protocol", "plaintext")).lower() == "plaintext"
+
+
+def headers_section(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
+    """The headers part of a v2 record: the count, then each header's key and value (a null value
+    as length -1), each length a zigzag varint (kafka-python's encoder)."""
+    out = bytearray()
+    encode_varint(len(headers), out.append)
+    for key, value in headers:
+        raw = key.encode()
+        encode_varint(len(raw), out.append)
+        out += raw
+        encode_varint(-1 if value is None else len(value), out.append)
+        out += value or b""
+    return bytes(out)
 
 
 def _binary_buffers(column: pa.Array) -> tuple[Any, Any, Any, int]:

@@ -9,7 +9,7 @@ tests) and decoding records (dump-log, compaction) reuse kafka-python's record c
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import crc32c
@@ -219,16 +219,6 @@ def _varint(n: int) -> bytes:
         z >>= 7
     out.append(z)
     return bytes(out)
-
-
-def headers_section(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
-    """The headers part of a v2 record: the count, then each header's key and value (a null value
-    as length -1), each length a zigzag varint."""
-    out = [_varint(len(headers))]
-    for key, value in headers:
-        raw = key.encode()
-        out += (_varint(len(raw)), raw, _varint(-1) if value is None else _varint(len(value)) + value)
-    return b"".join(out)
 
 
 def one_record_batch(key: bytes, value: bytes | None, timestamp_ms: int, *, attributes: int = 0,

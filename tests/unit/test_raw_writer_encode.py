@@ -12,7 +12,6 @@ from kafka.partitioner.default import murmur2
 from kafka.record.default_records import DefaultRecordBatch
 
 from spark_jobs import raw_writer
-from storage.batch import headers_section
 
 pytestmark = pytest.mark.skipif(raw_writer.encode_records is None, reason="spark_jobs._record_columns is not built")
 
@@ -83,7 +82,7 @@ def test_every_row_carries_the_given_headers() -> None:
     headers = [("batch", b"17"), ("kbroker.none", None), ("é", b"")]
     vals = pa.array([None if i % 9 == 0 else b"v%d" % i * (i % 5) for i in range(500)], pa.binary())
     keys = pa.array([None if i % 4 == 0 else b"k%d" % i for i in range(500)], pa.binary())
-    chunks = _encode(vals, keys, 3, 1, 600, headers_section(headers))
+    chunks = _encode(vals, keys, 3, 1, 600, raw_writer.headers_section(headers))
     seen = 0
     for partition, count, records in chunks:
         assert len(records) <= 600 or count == 1
@@ -93,7 +92,7 @@ def test_every_row_carries_the_given_headers() -> None:
         seen += count
     assert seen == 500
     # Without the argument, or with the empty section, no headers.
-    for extra in ((), (headers_section([]),)):
+    for extra in ((), (raw_writer.headers_section([]),)):
         [(partition, count, records)] = _encode(pa.array([b"a"], pa.binary()), None, 1, 0, 1000, *extra)
         assert [r.headers for r in DefaultRecordBatch(_header(partition, count, records))] == [[]]
 
