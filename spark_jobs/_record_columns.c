@@ -280,12 +280,18 @@ static PyTypeObject ColumnsType = {
  *
  * encode_records(value_validity, value_offsets, value_data, value_first,
  *                key_validity, key_offsets, key_data, key_first, n, partitions, null_partition,
- *                max_bytes[, headers]) -> [(partition, count, records), ...]
+ *                max_bytes[, headers[, row_headers]]) -> [(partition, count, records), ...]
  *
  * Encodes n rows of Arrow binary columns (buffers as Arrow holds them: validity bitmap or None,
  * int32 offsets, data; *_first = the array's slice offset) as v2 records, timestamp delta 0, offset
  * deltas from 0 within each chunk, each ending with ``headers``: the record's headers section as
- * bytes, the same for every row (its varint count, then each header; default b"\0", no headers). A row goes to partition
+ * bytes, the same for every row (its varint count, then each header; default b"\0", no headers).
+ * ``row_headers`` (optional, or None): a Spark sink's headers column, list<struct<key, value>>, as
+ * (list_validity, list_offsets, list_first, struct_count, struct_validity, struct_first,
+ *  key_validity, key_offsets, key_data, key_first, value_validity, value_offsets, value_data,
+ *  value_first): each row's own headers come first, then the fixed ones; a null list is no
+ * headers, a null value length -1, a null entry or key a ValueError (Kafka has no null header
+ * keys). A row goes to partition
  * (murmur2(key) & 0x7fffffff) % partitions (Java's default partitioner, librdkafka's murmur2) when
  * it has a key, else to null_partition. Each partition's rows become chunks of at most max_bytes of
  * records (a record larger than that is a chunk of its own), returned in row order per partition.
@@ -417,6 +423,107 @@ static inline int arrow_bin_get(const ArrowBin *c, Py_ssize_t i, const uint8_t *
     return 1;
 }
 
+/* A headers column (list<struct<key, value>>) as the encoder reads it. */
+typedef struct {
+    int present, has_lvalid, has_svalid;
+    Py_buffer lvalid, loffs, svalid;
+    Py_ssize_t lfirst, scount, sfirst;
+    ArrowBin key, val;
+} RowHeaders;
+
+static void row_headers_close(RowHeaders *h)
+{
+    if (h->present)
+        PyBuffer_Release(&h->loffs);
+    if (h->has_lvalid)
+        PyBuffer_Release(&h->lvalid);
+    if (h->has_svalid)
+        PyBuffer_Release(&h->svalid);
+    arrow_bin_close(&h->key);
+    arrow_bin_close(&h->val);
+    h->present = h->has_lvalid = h->has_svalid = 0;
+}
+
+static int row_headers_open(RowHeaders *h, PyObject *spec, Py_ssize_t n)
+{
+    memset(h, 0, sizeof(*h));
+    if (spec == NULL || spec == Py_None)
+        return 1;
+    PyObject *lv, *lo, *sv, *kv, *ko, *kd, *vv, *vo, *vd;
+    Py_ssize_t kfirst, vfirst;
+    if (!PyArg_ParseTuple(spec, "OOnnOnOOOnOOOn;row_headers: a tuple of 14 buffers and offsets", &lv, &lo,
+                          &h->lfirst, &h->scount, &sv, &h->sfirst, &kv, &ko, &kd, &kfirst, &vv, &vo, &vd, &vfirst))
+        return 0;
+    if (PyObject_GetBuffer(lo, &h->loffs, PyBUF_SIMPLE) < 0)
+        return 0;
+    h->present = 1;
+    if (lv != Py_None) {
+        if (PyObject_GetBuffer(lv, &h->lvalid, PyBUF_SIMPLE) < 0)
+            return 0;
+        h->has_lvalid = 1;
+    }
+    if (sv != Py_None) {
+        if (PyObject_GetBuffer(sv, &h->svalid, PyBUF_SIMPLE) < 0)
+            return 0;
+        h->has_svalid = 1;
+    }
+    if (h->lfirst < 0 || h->scount < 0 || h->sfirst < 0 || h->loffs.len < (h->lfirst + n + 1) * 4 ||
+        (h->has_lvalid && h->lvalid.len * 8 < h->lfirst + n) ||
+        (h->has_svalid && h->svalid.len * 8 < h->sfirst + h->scount)) {
+        PyErr_SetString(PyExc_ValueError, "headers column buffers shorter than the rows");
+        return 0;
+    }
+    if (!arrow_bin_open(&h->key, kv, ko, kd, kfirst, h->scount) || !arrow_bin_open(&h->val, vv, vo, vd, vfirst, h->scount))
+        return 0;
+    if (!h->key.present || !h->val.present) {
+        PyErr_SetString(PyExc_ValueError, "the headers column needs key and value buffers");
+        return 0;
+    }
+    return 1;
+}
+
+/* Row i's entries [*a, *b) of the headers column: 1, or 0 with an exception set. */
+static int row_headers_range(const RowHeaders *h, Py_ssize_t i, int32_t *a, int32_t *b)
+{
+    Py_ssize_t j = h->lfirst + i;
+    *a = *b = 0;
+    if (h->has_lvalid && !((((const uint8_t *)h->lvalid.buf)[j >> 3] >> (j & 7)) & 1))
+        return 1; /* a null list: no headers of its own */
+    const int32_t *o = (const int32_t *)h->loffs.buf;
+    if (o[j] < 0 || o[j + 1] < o[j] || o[j + 1] > h->scount) {
+        PyErr_SetString(PyExc_ValueError, "headers column offsets outside its entries");
+        return 0;
+    }
+    *a = o[j];
+    *b = o[j + 1];
+    return 1;
+}
+
+/* Entry e's key and value (value length -1: null): 1, or 0 with an exception set. */
+static int row_header_get(const RowHeaders *h, int32_t e, const uint8_t **kp, int32_t *klen, const uint8_t **vp,
+                          int32_t *vlen)
+{
+    Py_ssize_t s = h->sfirst + e;
+    if (h->has_svalid && !((((const uint8_t *)h->svalid.buf)[s >> 3] >> (s & 7)) & 1)) {
+        PyErr_SetString(PyExc_ValueError, "a null entry in the headers column");
+        return 0;
+    }
+    int r = arrow_bin_get(&h->key, e, kp, klen);
+    if (r <= 0) {
+        if (r == 0)
+            PyErr_SetString(PyExc_ValueError, "a header with a null key (Kafka has no null header keys)");
+        return 0;
+    }
+    r = arrow_bin_get(&h->val, e, vp, vlen);
+    if (r < 0)
+        return 0;
+    if (r == 0) {
+        *vp = NULL;
+        *vlen = -1;
+    }
+    return 1;
+}
+
 static PyObject *flush_chunk(PyObject *out, Chunk *ch, Py_ssize_t partition)
 {
     PyObject *t = Py_BuildValue("(nnN)", partition, ch->count, take(&ch->buf));
@@ -436,16 +543,43 @@ static PyObject *encode_records(PyObject *Py_UNUSED(module), PyObject *args)
     Py_ssize_t vfirst, kfirst, n, partitions, null_partition, max_bytes;
     const char *hb = "";
     Py_ssize_t hlen = 1; /* b"\0": no headers */
-    if (!PyArg_ParseTuple(args, "OOOnOOOnnnnn|y#", &vv, &vo, &vd, &vfirst, &kv, &ko, &kd, &kfirst, &n, &partitions,
-                          &null_partition, &max_bytes, &hb, &hlen))
+    PyObject *row_spec = NULL;
+    if (!PyArg_ParseTuple(args, "OOOnOOOnnnnn|y#O", &vv, &vo, &vd, &vfirst, &kv, &ko, &kd, &kfirst, &n, &partitions,
+                          &null_partition, &max_bytes, &hb, &hlen, &row_spec))
         return NULL;
     if (n < 0 || partitions <= 0 || null_partition < 0 || null_partition >= partitions || max_bytes <= 0 ||
         hlen < 1) {
         PyErr_SetString(PyExc_ValueError, "bad row count, partition count, null partition, max_bytes or headers");
         return NULL;
     }
+    /* The fixed section's count and items, for rows that have headers of their own too. */
+    uint64_t fixed_u = 0;
+    Py_ssize_t fixed_at = 0;
+    for (int shift = 0;; shift += 7) {
+        if (fixed_at >= hlen || shift > 28) {
+            PyErr_SetString(PyExc_ValueError, "bad headers section (its count)");
+            return NULL;
+        }
+        uint8_t byte = (uint8_t)hb[fixed_at++];
+        fixed_u |= (uint64_t)(byte & 0x7f) << shift;
+        if (!(byte & 0x80))
+            break;
+    }
+    int64_t fixed_count = (int64_t)(fixed_u >> 1) ^ -(int64_t)(fixed_u & 1);
+    if (fixed_count < 0) {
+        PyErr_SetString(PyExc_ValueError, "bad headers section (a negative count)");
+        return NULL;
+    }
+    const char *fixed_items = hb + fixed_at;
+    Py_ssize_t fixed_len = hlen - fixed_at;
+    RowHeaders rh;
     ArrowBin val, key;
     memset(&key, 0, sizeof(key));
+    memset(&val, 0, sizeof(val));
+    if (!row_headers_open(&rh, row_spec, n)) {
+        row_headers_close(&rh);
+        return NULL;
+    }
     PyObject *out = NULL;
     Chunk *chunks = NULL;
     if (!arrow_bin_open(&val, vv, vo, vd, vfirst, n))
@@ -481,16 +615,33 @@ static PyObject *encode_records(PyObject *Py_UNUSED(module), PyObject *args)
             else
                 part = (Py_ssize_t)((kafka_murmur2(kp, klen) & 0x7fffffffu) % (uint32_t)partitions);
         }
+        /* The headers section: the fixed one, or the row's own headers followed by the fixed ones. */
+        int32_t ha = 0, hz = 0;
+        Py_ssize_t hsize = hlen;
+        if (rh.present) {
+            if (!row_headers_range(&rh, i, &ha, &hz))
+                goto fail;
+            if (hz > ha) {
+                hsize = zz_len(fixed_count + (hz - ha)) + fixed_len;
+                for (int32_t e = ha; e < hz; e++) {
+                    const uint8_t *hkp, *hvp;
+                    int32_t hkl, hvl;
+                    if (!row_header_get(&rh, e, &hkp, &hkl, &hvp, &hvl))
+                        goto fail;
+                    hsize += zz_len(hkl) + hkl + zz_len(hvl) + (hvl > 0 ? hvl : 0);
+                }
+            }
+        }
         Chunk *ch = &chunks[part];
         int64_t od = ch->count;
         Py_ssize_t body = 1 + 1 + zz_len(od) + zz_len(klen) + (klen > 0 ? klen : 0) + zz_len(vlen) +
-                          (vlen > 0 ? vlen : 0) + hlen;
+                          (vlen > 0 ? vlen : 0) + hsize;
         Py_ssize_t size = zz_len(body) + body;
         if (ch->count > 0 && ch->buf.len + size > max_bytes) {
             if (flush_chunk(out, ch, part) == NULL)
                 goto fail;
             od = 0;
-            body = 1 + 1 + 1 + zz_len(klen) + (klen > 0 ? klen : 0) + zz_len(vlen) + (vlen > 0 ? vlen : 0) + hlen;
+            body = 1 + 1 + 1 + zz_len(klen) + (klen > 0 ? klen : 0) + zz_len(vlen) + (vlen > 0 ? vlen : 0) + hsize;
             size = zz_len(body) + body;
         }
         if (!buf_reserve(&ch->buf, size))
@@ -510,8 +661,27 @@ static PyObject *encode_records(PyObject *Py_UNUSED(module), PyObject *args)
             memcpy(p, vp, (size_t)vlen);
             p += vlen;
         }
-        memcpy(p, hb, (size_t)hlen); /* the headers section (b"\0": none) */
-        p += hlen;
+        if (hz > ha) {
+            p = zz_put(p, fixed_count + (hz - ha));
+            for (int32_t e = ha; e < hz; e++) {
+                const uint8_t *hkp, *hvp;
+                int32_t hkl, hvl;
+                row_header_get(&rh, e, &hkp, &hkl, &hvp, &hvl); /* checked when sizing the record */
+                p = zz_put(p, hkl);
+                memcpy(p, hkp, (size_t)hkl);
+                p += hkl;
+                p = zz_put(p, hvl);
+                if (hvl > 0) {
+                    memcpy(p, hvp, (size_t)hvl);
+                    p += hvl;
+                }
+            }
+            memcpy(p, fixed_items, (size_t)fixed_len);
+            p += fixed_len;
+        } else {
+            memcpy(p, hb, (size_t)hlen); /* the fixed headers section (b"\0": none) */
+            p += hlen;
+        }
         ch->buf.len = p - ch->buf.p;
         ch->count++;
     }
@@ -529,13 +699,15 @@ done:
     }
     arrow_bin_close(&val);
     arrow_bin_close(&key);
+    row_headers_close(&rh);
     return out;
 }
 
 static PyMethodDef module_methods[] = {
     {"encode_records", encode_records, METH_VARARGS,
      "encode_records(value_validity, value_offsets, value_data, value_first, key_validity, key_offsets, "
-     "key_data, key_first, n, partitions, null_partition, max_bytes[, headers]) -> [(partition, count, records), ...]"},
+     "key_data, key_first, n, partitions, null_partition, max_bytes[, headers[, row_headers]]) -> "
+     "[(partition, count, records), ...]"},
     {NULL, NULL, 0, NULL},
 };
 

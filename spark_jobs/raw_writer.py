@@ -31,16 +31,19 @@ for enable2Pc, and a task ends with ``prepare`` (every chunk acknowledged, the t
 open for the driver to complete) instead of ``commit``; and ``headers``, the same headers on every
 row (its batch-id header).
 
-Compression (``compression.type`` or its alias ``compression.codec``: gzip, lz4 or zstd, at
-``compression.level`` when given, else the codec's default as librdkafka uses it) is applied per
+Compression (``compression.type`` or its alias ``compression.codec``: gzip, snappy, lz4 or zstd,
+at ``compression.level`` when given, else the codec's default as librdkafka uses it) is applied per
 chunk, on the task's thread (the codecs release the GIL): the records section of each batch is
 compressed and the codec set in its attributes, as a producer's batch. lz4 is an LZ4 frame with
-independent blocks (Kafka's framing for v2 batches), gzip a gzip member.
+independent blocks (Kafka's framing for v2 batches), gzip a gzip member, snappy one raw snappy
+block as librdkafka writes it (no xerial framing; Kafka's and every client's decoders take both;
+snappy has no levels).
 
 It serves the common case only; ``usable`` says when: the compiled module is importable, the
-connection is PLAINTEXT, the compression is none, gzip, lz4 or zstd (snappy is left to librdkafka),
-and the rows have only ``key`` and ``value`` columns (one topic, partitioned by key). Everything
-else, and the writer option ``rawWriter=false``, goes through librdkafka as before.
+connection is PLAINTEXT, the compression is none, gzip, snappy, lz4 or zstd, and the rows have only
+``key``, ``value`` and ``headers`` columns (one topic, partitioned by key; a row's own headers come
+before the fixed ones). Everything else, and the writer option ``rawWriter=false``, goes through
+librdkafka as before.
 """
 
 from __future__ import annotations
@@ -107,6 +110,12 @@ def _lz4(level: int) -> Callable[[bytes], bytes]:
     return compress
 
 
+def _snappy(_level: int) -> Callable[[bytes], bytes]:
+    import snappy
+
+    return snappy.compress  # a raw block, as librdkafka's rd_kafka_snappy_compress_iov
+
+
 def _zstd(level: int) -> Callable[[bytes], bytes]:
     import zstandard
 
@@ -116,14 +125,14 @@ def _zstd(level: int) -> Callable[[bytes], bytes]:
 
 # codec -> (attribute bits, librdkafka's default level for compression.level=-1, compressor factory)
 _CODECS: dict[str, tuple[int, int, Callable[[int], Callable[[bytes], bytes]]]] = {
-    "gzip": (1, 6, _gzip), "lz4": (3, 0, _lz4), "zstd": (4, 3, _zstd)}
+    "gzip": (1, 6, _gzip), "snappy": (2, 0, _snappy), "lz4": (3, 0, _lz4), "zstd": (4, 3, _zstd)}
 
 
 def usable(conf: Mapping[str, str], column_names: Sequence[str], wanted: bool = True) -> bool:
     """Whether the raw writer can write a task with these settings and columns (module docstring)."""
     if encode_records is None or not wanted:
         return False
-    if not set(column_names) <= {"key", "value"}:
+    if not set(column_names) <= {"key", "value", "headers"}:
         return False
     if _compression(conf) not in ("none", *_CODECS):
         return False
@@ -142,6 +151,25 @@ def headers_section(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
         encode_varint(-1 if value is None else len(value), out.append)
         out += value or b""
     return bytes(out)
+
+
+_HEADERS_TYPE = pa.list_(pa.struct([("key", pa.binary()), ("value", pa.binary())]))
+
+
+def _row_headers(column: pa.Array) -> tuple[Any, ...] | None:
+    """The buffers of a headers column (Spark's Kafka sink: array<struct<key: string, value: binary>>)
+    for encode_records' ``row_headers``; None when no row has a header."""
+    if column.null_count == len(column):
+        return None
+    if column.type != _HEADERS_TYPE:
+        column = column.cast(_HEADERS_TYPE)  # string keys, large lists or binaries: the same bytes
+    validity, offsets = column.buffers()[:2]
+    if column.null_count == 0:
+        validity = None
+    entries = column.values  # what the list offsets index, whatever the list's own slice
+    entry_validity = entries.buffers()[0] if entries.null_count else None
+    return (validity, offsets, column.offset, len(entries), entry_validity, entries.offset,
+            *_binary_buffers(entries.field(0)), *_binary_buffers(entries.field(1)))
 
 
 def _binary_buffers(column: pa.Array) -> tuple[Any, Any, Any, int]:
@@ -225,7 +253,7 @@ class RawTransaction:
         self._call(self._begin())
 
     def write(self, batch: pa.RecordBatch, topic: str) -> int:
-        """Encode ``batch`` (key and value columns) and queue its chunks for sending; its row count."""
+        """Encode ``batch`` (key, value and headers columns) and queue its chunks for sending; its row count."""
         n = batch.num_rows
         if n == 0:
             return 0
@@ -235,9 +263,10 @@ class RawTransaction:
         names = batch.schema.names
         value = _binary_buffers(batch.column(names.index("value")))
         key = _binary_buffers(batch.column(names.index("key"))) if "key" in names else (None, None, None, 0)
+        row_headers = _row_headers(batch.column(names.index("headers"))) if "headers" in names else None
         keyless = self._next_keyless.get(topic, zlib.crc32(self.transactional_id.encode()) % count) % count
         self._next_keyless[topic] = keyless + 1
-        encoded = encode_records(*value, *key, n, count, keyless, MAX_CHUNK_BYTES, self._headers)
+        encoded = encode_records(*value, *key, n, count, keyless, MAX_CHUNK_BYTES, self._headers, row_headers)
         self._queue_chunks([self._chunk(topic, p, c, records) for p, c, records in encoded])
         return n
 

@@ -4,6 +4,7 @@ delete records, read back."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -37,8 +38,9 @@ def transactional_producer(bootstrap: str, txn_id: str) -> Producer:
     return p
 
 
-def read_all(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[Record]:
-    """Every record of every partition of ``topic`` up to its current end (LSO for read_committed)."""
+def read_all(bootstrap: str, topic: str, isolation: str = "read_committed", *, headers: bool = False) -> list[Any]:
+    """Every record of every partition of ``topic`` up to its current end (LSO for read_committed):
+    (partition, offset, key, value), and with ``headers`` the record's headers (a list) as a fifth."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "kbroker-spark-tests-reader",
                   "isolation.level": isolation, "enable.auto.commit": False,
                   "enable.partition.eof": True, "auto.offset.reset": "earliest"})
@@ -57,7 +59,8 @@ def read_all(bootstrap: str, topic: str, isolation: str = "read_committed") -> l
                     if m.error().code() == KafkaError._PARTITION_EOF and m.offset() >= ends[m.partition()][1]:
                         pending.discard(m.partition())
                     continue
-                out.append((m.partition(), m.offset(), m.key(), m.value()))
+                rec = (m.partition(), m.offset(), m.key(), m.value())
+                out.append((*rec, m.headers() or []) if headers else rec)
                 if m.offset() >= ends[m.partition()][1] - 1:
                     pending.discard(m.partition())
         return out

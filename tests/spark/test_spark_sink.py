@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaException
 from kafka_util import create_topic, produce, read_all, transactional_producer, values
-from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, StructType
 
 from spark_jobs import raw_writer as raw_writer_module
 from spark_jobs import sink
@@ -87,6 +87,42 @@ def test_retry_fences_the_failed_attempt(broker: Any, raw_writer: str) -> None:
     del zombie
     assert values(read_all(broker.bootstrap, "out")) == [b"a", b"b", b"c"]
     assert len(read_all(broker.bootstrap, "out", "read_uncommitted")) == 5  # the zombie's 2 are aborted
+
+
+_HEADER = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+_ARROW_HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+@pytest.mark.parametrize("raw", [True, False], ids=["raw-writer", "librdkafka"])
+def test_headers_column_reaches_every_record(broker: Any, raw: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A headers column (Spark's array<struct<key, value>>) is written with each row, through the raw
+    writer as through librdkafka: several, none, a null list, null values, unicode keys."""
+    create_topic(broker.bootstrap, "hdr", partitions=2)
+    create_topic(broker.bootstrap, "commits", partitions=1, config={"cleanup.policy": "compact"})
+    schema = StructType([*SINK_SCHEMA.fields, StructField("headers", ArrayType(_HEADER))])
+    w = sink.KBrokerStreamWriter({"kafka.bootstrap.servers": broker.bootstrap, "topic": "hdr",
+                                  "rawWriter": str(raw).lower()}, schema)
+    raw_rows = []
+    real_write = raw_writer_module.RawTransaction.write
+
+    def counted(self: Any, batch: pa.RecordBatch, topic: str) -> int:
+        raw_rows.append(batch.num_rows)
+        return real_write(self, batch, topic)
+
+    monkeypatch.setattr(raw_writer_module.RawTransaction, "write", counted)
+    n = 300
+    headers = [None if i % 7 == 0 else [{"key": f"h{j}-é", "value": None if (i + j) % 4 == 0 else b"%d.%d" % (i, j)}
+                                        for j in range(i % 3)] for i in range(n)]
+    batch = pa.RecordBatch.from_pydict(
+        {"key": [b"k%d" % (i % 10) if i % 2 else None for i in range(n)], "value": [f"v{i}" for i in range(n)],
+         "headers": headers},
+        schema=pa.schema([("key", pa.binary()), ("value", pa.string()), ("headers", _ARROW_HEADERS)]))
+    report = w.write_transaction(iter([batch]), transactional_id="h.0", batch_id=0, partition=0, attempt=0,
+                                 commit_log=("commits", 0))
+    assert report.records == n
+    assert sum(raw_rows) == (n if raw else 0)
+    got = {value: hdrs for _p, _o, _k, value, hdrs in read_all(broker.bootstrap, "hdr", headers=True)}
+    assert got == {f"v{i}".encode(): [(h["key"], h["value"]) for h in (headers[i] or [])] for i in range(n)}
 
 
 def test_batch_write_exactly_once(spark: Any, broker: Any) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from kafka_util import create_topic, produce, read_all, values
-from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, StructType
 
 from spark_jobs import raw_writer, sink, sink_2pc
 from spark_jobs.twopc_producer import PreparedTxnState, SinkProducer
@@ -141,6 +141,29 @@ def test_driver_commits_prepared_tasks_and_recovers_after_crashes(broker_factory
     assert _open(broker.bootstrap) == [P + "gate"]  # nothing stays prepared
     assert _committed(broker.bootstrap) == [b"a", b"b", b"c", b"d", b"e", b"f"]
     assert not (ck / sink_2pc.DECISIONS_DIR / "0.json").exists()  # Spark's log has batch 0
+
+
+@WRITERS
+def test_headers_column_comes_before_the_batch_header(broker_factory: Any, tmp_path: Path, raw: bool,
+                                                      raw_prepares: list[str]) -> None:
+    """A headers column in the 2pc sink: each row's own headers, then the batch-id header."""
+    broker = broker_factory(TWO_PC)
+    create_topic(broker.bootstrap, "out", partitions=2)
+    schema = StructType([*SINK_SCHEMA.fields, StructField(
+        "headers", ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())])))])
+    w = sink.KBrokerStreamWriter({"kafka.bootstrap.servers": broker.bootstrap, "topic": "out",
+                                  "checkpointLocation": str(_checkpoint(tmp_path)), "exactlyOnce.mode": "2pc",
+                                  "kbroker.sink.batchIdHeader": "batch", "rawWriter": str(raw).lower()}, schema)
+    own = [[{"key": "trace", "value": b"t%d" % i}] if i % 2 else None for i in range(6)]
+    batch = pa.RecordBatch.from_pydict(
+        {"key": [b"k%d" % i for i in range(6)], "value": [f"v{i}" for i in range(6)], "headers": own},
+        schema=pa.schema([("key", pa.binary()), ("value", pa.string()),
+                          ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))]))
+    report = sink_2pc.write_task(w, iter([batch]), batch_id=0, partition=0, attempt=0)
+    assert raw_prepares == ([P + "0.0"] if raw else [])
+    w.commit([report], 0)
+    got = dict(_headers(broker.bootstrap))
+    assert got == {f"v{i}".encode(): [("trace", b"t%d" % i)] * (i % 2) + [("batch", b"0")] for i in range(6)}
 
 
 @WRITERS

@@ -110,3 +110,57 @@ def test_bad_arguments_are_refused() -> None:
         raw_writer.encode_records(None, None, None, 0, None, None, None, 0, 2, 1, 0, 1000)
     with pytest.raises(ValueError):  # a headers section needs at least its count
         raw_writer.encode_records(validity, offsets, data, first, None, None, None, 0, 2, 1, 0, 1000, b"")
+
+
+_HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+def _encode_with_rows(values: pa.Array, headers_col: pa.Array, fixed: bytes = b"\0",
+                      max_bytes: int = 1 << 20) -> list[list[tuple[str, bytes | None]]]:
+    """Each record's headers, in row order (one partition, no keys)."""
+    chunks = raw_writer.encode_records(*raw_writer._binary_buffers(values), None, None, None, 0, len(values), 1, 0,
+                                       max_bytes, fixed, raw_writer._row_headers(headers_col))
+    out = []
+    for partition, count, records in chunks:
+        assert len(records) <= max_bytes or count == 1
+        out.extend(r.headers for r in DefaultRecordBatch(_header(partition, count, records)))
+    return out
+
+
+def test_each_row_carries_its_own_headers_then_the_fixed_ones() -> None:
+    """A headers column (Spark's array<struct<key, value>>): null lists, empty lists, null values,
+    unicode keys, slices of both the column and its entries, and the 2pc sink's fixed header after."""
+    rng = random.Random(3)
+    rows: list[list[dict[str, object]] | None] = []
+    for i in range(400):
+        if i % 11 == 0:
+            rows.append(None)
+        else:
+            rows.append([{"key": f"h{j}-é" if j % 2 else f"k{i}", "value": None if (i + j) % 5 == 0 else
+                          bytes(rng.randrange(256) for _ in range(j * 3))} for j in range(i % 4)])
+    column = pa.array([[{"key": "lead", "value": b"x"}]] + rows, _HEADERS).slice(1)  # a sliced list
+    values = pa.array([b"v%d" % i for i in range(401)], pa.binary()).slice(1)
+    expected = [[(h["key"], h["value"]) for h in (r or [])] for r in rows]
+    assert _encode_with_rows(values, column, max_bytes=700) == expected
+    fixed = [("batch", b"9"), ("none", None)]
+    assert _encode_with_rows(values, column, raw_writer.headers_section(fixed), 700) == [e + fixed for e in expected]
+    # Binary keys, and every row without headers: the fixed ones alone (None: nothing to walk).
+    binary = pa.array([[{"key": b"bk", "value": b"1"}], []], pa.list_(pa.struct([("key", pa.binary()),
+                                                                                  ("value", pa.binary())])))
+    assert _encode_with_rows(pa.array([b"a", b"b"], pa.binary()), binary) == [[("bk", b"1")], []]
+    assert raw_writer._row_headers(pa.array([None, None], _HEADERS)) is None
+
+
+def test_null_header_keys_and_entries_are_refused() -> None:
+    values = pa.array([b"a", b"b"], pa.binary())
+    with pytest.raises(ValueError, match="null key"):
+        _encode_with_rows(values, pa.array([[{"key": "ok", "value": b"1"}], [{"key": None, "value": b"2"}]],
+                                           _HEADERS))
+    with pytest.raises(ValueError, match="null entry"):
+        _encode_with_rows(values, pa.array([[None], []], _HEADERS))
+    # A null entry that no row refers to (outside the column's slice) is not looked at.
+    column = pa.array([[None], [{"key": "k", "value": b"v"}], []], _HEADERS).slice(1)
+    assert _encode_with_rows(values, column) == [[("k", b"v")], []]
+    with pytest.raises(TypeError):  # row_headers must be the buffers tuple
+        raw_writer.encode_records(*raw_writer._binary_buffers(values), None, None, None, 0, 2, 1, 0, 1000, b"\0",
+                                  (1, 2))
