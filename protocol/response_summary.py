@@ -8,28 +8,38 @@ when every code is zero; ``none`` when nothing is due (acks=0 produce).
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from typing import Any
 
 _FETCH_TOP = struct.Struct(">ih")  # throttle_time_ms, error_code (FetchResponse v7+)
 
 
-def _walk(obj: Any, path: str, found: list[tuple[int, str]]) -> None:
+def _field_names(obj: Any) -> list[str] | None:
+    """The fields of a kafka-python struct (those of its version) or of a response dataclass
+    (protocol.produce_response); None for anything else."""
     struct_ = getattr(obj, "_struct", None)
-    if struct_ is None:
+    if struct_ is not None:
+        version = obj.version
+        return [f.name for f in struct_._fields if version is None or f.for_version_q(version)]
+    if dataclasses.is_dataclass(obj):
+        return [f.name for f in dataclasses.fields(obj)]
+    return None
+
+
+def _walk(obj: Any, path: str, found: list[tuple[int, str]]) -> None:
+    names = _field_names(obj)
+    if names is None:
         return
-    version = obj.version
-    for field in struct_._fields:
-        if version is not None and not field.for_version_q(version):
-            continue
-        value = getattr(obj, field.name, None)
-        if field.name == "error_code" and isinstance(value, int) and value != 0:
+    for name in names:
+        value = getattr(obj, name, None)
+        if name == "error_code" and isinstance(value, int) and value != 0:
             found.append((value, path or "top"))
-        elif isinstance(value, list) and value and hasattr(value[0], "_struct"):
+        elif isinstance(value, list) and value and _field_names(value[0]) is not None:
             for item in value:
-                _walk(item, f"{path}{field.name}[].", found)
-        elif hasattr(value, "_struct"):
-            _walk(value, f"{path}{field.name}.", found)
+                _walk(item, f"{path}{name}[].", found)
+        elif _field_names(value) is not None:
+            _walk(value, f"{path}{name}.", found)
 
 
 def error_summary(api_key: int, version: int, response: Any) -> str:

@@ -33,7 +33,9 @@ with flush.messages=1 an acknowledged record is on disk. A failed flush answers
 KAFKA_STORAGE_ERROR for that partition. With acks=0 the flush is only scheduled.
 
 The request is decoded by protocol.fast_codecs: each partition's records are a writable view
-into the request frame, validated and appended without being copied.
+into the request frame, validated and appended without being copied. The answer is built from
+protocol.produce_response's slotted objects and encoded by hand (no kafka-python struct per
+partition: about 50 µs per answer before).
 
 Transactions: a transactional batch must target a partition of the producer's ongoing
 transaction: before anything is appended, the batches that open a transaction on their partition
@@ -54,8 +56,6 @@ from __future__ import annotations
 
 import asyncio
 
-from kafka.protocol.producer import ProduceResponse
-
 from broker import dropped_batch, log_flusher
 from broker.append_path import TxnRefusal
 from broker.features import TV2_PRODUCE_VERSION, transaction_version
@@ -64,23 +64,18 @@ from broker.partition import Partition
 from cluster.metadata_store import INTERNAL_TOPICS
 from protocol.errors import ErrorCode
 from protocol.fast_codecs import decode_produce_request
-
-TopicResp = ProduceResponse.TopicProduceResponse
-PartResp = TopicResp.PartitionProduceResponse
-RecordError = PartResp.BatchIndexAndErrorMessage
+from protocol.produce_response import ProducePartitionResult, ProduceResult, ProduceTopicResult
 
 
-def _all_failed(request, v: int, code: ErrorCode) -> ProduceResponse:
+def _all_failed(request, v: int, code: ErrorCode) -> ProduceResult:
     if request.acks == 0:  # no response is due: close, as for any failed acks=0 produce
         raise CloseConnection(f"a Produce with acks=0 failed ({code.name}); closing so the producer notices")
-    return ProduceResponse(version=v, throttle_time_ms=0, responses=[
-        TopicResp(version=v, name=td.name, partition_responses=[
-            PartResp(version=v, index=pd.index, error_code=code, base_offset=-1, log_append_time_ms=-1,
-                     log_start_offset=-1, record_errors=[], error_message=None) for pd in td.partition_data])
-        for td in request.topic_data])
+    return ProduceResult([ProduceTopicResult(td.name, [ProducePartitionResult(pd.index, code)
+                                                       for pd in td.partition_data])
+                          for td in request.topic_data])
 
 
-async def _wait_replicated(hw, waits: list[tuple[Partition, int, object]], timeout_s: float) -> None:
+async def _wait_replicated(hw, waits: list[tuple[Partition, int, ProducePartitionResult]], timeout_s: float) -> None:
     """acks=all in a cluster: every appended batch waits for the high watermark, all at once,
     bounded by the request's timeout."""
     if len(waits) == 1:  # the common case: no gather, whose task per wait costs more than the wait
@@ -126,14 +121,14 @@ async def _verify_transactions(ctx: RequestContext, request, denied: set[str]) -
 
 
 @api(0, 3, 12, decoder=decode_produce_request)
-async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None:
+async def handle_produce(ctx: RequestContext, request) -> ProduceResult | None:
     v = ctx.api_version
     rm = ctx.partitions
     hw = rm.hw
     acks = request.acks
     responses = []
     due: dict[Partition, list] = {}  # partitions whose append reached flush.messages -> their responses
-    replicated: list[tuple[Partition, int, object]] = []  # acks=all in a cluster: (partition, offset to reach, response)
+    replicated: list[tuple[Partition, int, ProducePartitionResult]] = []  # acks=all in a cluster: (partition, offset to reach, response)
     if _has_transactional_records(request) and not (
             request.transactional_id
             and ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)):
@@ -151,7 +146,7 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
         for pd in td.partition_data:
             flush_part = None
             pending_offset = -1
-            record_errors: list = []
+            record_errors: list[tuple[int, str | None]] = []
             if acks not in (-1, 0, 1):
                 outcome_code, base, lat, lso, msg = ErrorCode.INVALID_REQUIRED_ACKS, -1, -1, -1, None
             elif name in denied:
@@ -178,38 +173,34 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
                     # confluent.*.schema.validation: nothing of a batch with a bad record is stored.
                     outcome_code, base, lat, lso, msg = ErrorCode.INVALID_RECORD, -1, -1, -1, refused[0]
                     if v >= 8:
-                        record_errors = [RecordError(version=v, batch_index=i, batch_index_error_message=m)
-                                         for i, m in refused[1]]
+                        record_errors = list(refused[1])
                 else:
                     o = await rm.appends.append_client(part, pd.records, verification_guard=verdict)
                     outcome_code, base, lat, lso, msg = o.error, o.base_offset, o.log_append_time, o.log_start_offset, o.message
                     if dropped_batch.ACTIVE and o.error == ErrorCode.NONE:  # test-only fault
                         dropped_batch.on_appended(name, pd.index, o.base_offset, o.last_offset)
                     if o.record_errors and v >= 8:  # the field exists from v8
-                        record_errors = [RecordError(version=v, batch_index=i, batch_index_error_message=m)
-                                         for i, m in o.record_errors]
+                        record_errors = list(o.record_errors)
                     if o.flush_due:
                         flush_part = part
                     if acks == -1 and part.replicated and o.error == ErrorCode.NONE:
                         pending_offset = o.last_offset + 1
             if outcome_code != ErrorCode.NONE:
                 failed = True
-            resp = PartResp(version=v, index=pd.index, error_code=outcome_code, base_offset=base,
-                            log_append_time_ms=lat, log_start_offset=lso, record_errors=record_errors,
-                            error_message=msg if outcome_code else None)
+            resp = ProducePartitionResult(pd.index, outcome_code, base, lat, lso, record_errors,
+                                          msg if outcome_code else None)
             if outcome_code == ErrorCode.NOT_LEADER_OR_FOLLOWER and v >= 10:
                 # KIP-951: where the leader is now, so the client need not refresh its metadata.
                 md = ctx.metadata
                 leader = md.leader(name, pd.index)
-                resp.current_leader = PartResp.LeaderIdAndEpoch(version=v, leader_id=leader,
-                                                                 leader_epoch=md.leader_epoch(name, pd.index))
+                resp.current_leader = (leader, md.leader_epoch(name, pd.index))
                 new_leaders.add(leader)
             parts.append(resp)
             if pending_offset >= 0:
                 replicated.append((part, pending_offset, resp))
             if flush_part is not None:
                 due.setdefault(flush_part, []).append(resp)
-        responses.append(TopicResp(version=v, name=name, partition_responses=parts))
+        responses.append(ProduceTopicResult(name, parts))
     if acks == 0:
         for part in due:
             log_flusher.schedule_flush(part)
@@ -227,9 +218,8 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResponse | None
                     resp.error_message = f"Flushing {part.topic}-{part.index} to disk failed: {res!r}"
     if replicated:
         await _wait_replicated(hw, replicated, request.timeout_ms / 1000)
-    endpoints = {}
+    endpoints = []
     if new_leaders:
-        endpoints["node_endpoints"] = [
-            ProduceResponse.NodeEndpoint(version=v, node_id=node, host=host, port=port, rack=rack)
-            for node, host, port, rack in ctx.broker_addresses() if node in new_leaders]
-    return ProduceResponse(version=v, responses=responses, throttle_time_ms=0, **endpoints)
+        endpoints = [(node, host, port, rack) for node, host, port, rack in ctx.broker_addresses()
+                     if node in new_leaders]
+    return ProduceResult(responses, 0, endpoints)

@@ -61,6 +61,12 @@ def test_error_summary_for_the_request_log():
         P(version=8, partition_index=0, error_code=0), P(version=8, partition_index=1, error_code=3)])])
     assert error_summary(8, 8, resp) == "3@topics[].partitions[]"
     assert error_summary(0, 9, None) == "none"
+    # The Produce answer is a plain dataclass (protocol.produce_response), walked the same way.
+    from protocol.produce_response import ProducePartitionResult, ProduceResult, ProduceTopicResult
+    produce = ProduceResult([ProduceTopicResult("t", [ProducePartitionResult(0, 0, 5), ProducePartitionResult(1, 6),
+                                                      ProducePartitionResult(2, 6)])])
+    assert error_summary(0, 9, produce) == "6@responses[].partition_responses[]x2"
+    assert error_summary(0, 9, ProduceResult([ProduceTopicResult("t", [ProducePartitionResult(0, 0, 5)])])) == "0"
 
 
 def test_strings_longer_than_a_short_are_refused_in_flexible_versions():
