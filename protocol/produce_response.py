@@ -17,39 +17,14 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-_I32 = struct.Struct(">i")
+from protocol.encoding import I32 as _I32
+from protocol.encoding import put_count as _count
+from protocol.encoding import put_string as _string
+from protocol.encoding import put_uvarint as _uvarint
+
 _PART_V5 = struct.Struct(">ihqqq")  # index, error code, base offset, log append time, log start offset
 _PART_V3 = struct.Struct(">ihqq")  # index, error code, base offset, log append time
 _LEADER = struct.Struct(">ii")
-
-
-def _uvarint(n: int, out: bytearray) -> None:
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-
-
-def _string(value: str | None, flexible: bool, out: bytearray) -> None:
-    if value is None:
-        if flexible:
-            out.append(0)
-        else:
-            out += b"\xff\xff"
-        return
-    raw = value.encode()
-    if flexible:
-        _uvarint(len(raw) + 1, out)
-    else:
-        out += len(raw).to_bytes(2, "big")
-    out += raw
-
-
-def _count(n: int, flexible: bool, out: bytearray) -> None:
-    if flexible:
-        _uvarint(n + 1, out)
-    else:
-        out += _I32.pack(n)
 
 
 @dataclass(slots=True)

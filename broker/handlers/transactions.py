@@ -22,6 +22,8 @@ still completing (markers and the Complete state being written) is held up to 10
 settle before CONCURRENT_TRANSACTIONS is answered (Kafka answers at once and the client retries
 after its backoff, 20 ms or more, which in a cluster was added to every back-to-back transaction).
 
+The four per-transaction answers are protocol.txn_responses' slotted objects, encoded by hand.
+
 PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH to versions older than KIP-588's
 (InitProducerId v4, AddPartitionsToTxn v2, AddOffsetsToTxn v2, EndTxn v2, TxnOffsetCommit v3).
 With ``transaction.version`` below 2 (UpdateFeatures / ``kbroker features downgrade``), EndTxn
@@ -44,16 +46,18 @@ from kafka.protocol.admin import (
     DescribeTransactionsResponse,
     ListTransactionsResponse,
 )
-from kafka.protocol.producer import (
-    AddOffsetsToTxnResponse,
-    AddPartitionsToTxnResponse,
-    EndTxnResponse,
-    TxnOffsetCommitResponse,
-)
 
 from broker.features import TV2_END_TXN_VERSION, TV2_TXN_OFFSET_COMMIT_VERSION, transaction_version
 from broker.handlers import AclOperation, RequestContext, ResourceType, api
 from protocol.errors import ErrorCode
+from protocol.txn_responses import (
+    AddOffsetsToTxnResult,
+    AddPartitionsToTxnResult,
+    EndTxnResult,
+    TransactionResult,
+    TxnOffsetCommitResult,
+    topic_errors,
+)
 
 
 def fenced(code: int, version: int, since: int) -> int:
@@ -72,10 +76,6 @@ def _group_ok(ctx: RequestContext, group_id: str) -> bool:
 
 def _coordinator(ctx: RequestContext):
     return ctx.services.txn_coordinator
-
-
-APResult = AddPartitionsToTxnResponse.AddPartitionsToTxnResult
-APTopic = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
 
 
 async def _add_partitions(ctx: RequestContext, tid: str, pid: int, epoch: int, topics, verify_only: bool,
@@ -102,69 +102,53 @@ async def _add_partitions(ctx: RequestContext, tid: str, pid: int, epoch: int, t
     return dict.fromkeys(wanted, code)
 
 
-def _topic_results(codes: dict[tuple[str, int], int], v: int) -> list:
-    # v0-3 and v4+ nest the same topic/partition result structs under different parents.
-    topic_cls = APTopic if v <= 3 else APResult.AddPartitionsToTxnTopicResult
-    part_cls = topic_cls.AddPartitionsToTxnPartitionResult
-    by_topic: dict[str, list] = {}
-    for (topic, p), code in codes.items():
-        by_topic.setdefault(topic, []).append(part_cls(version=v, partition_index=p, partition_error_code=code))
-    return [topic_cls(version=v, name=t, results_by_partition=parts) for t, parts in by_topic.items()]
-
-
 @api(24, 0, 5)
-async def handle_add_partitions_to_txn(ctx: RequestContext, request) -> AddPartitionsToTxnResponse:
+async def handle_add_partitions_to_txn(ctx: RequestContext, request) -> AddPartitionsToTxnResult:
     v = ctx.api_version
     if v <= 3:
         codes = await _add_partitions(ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
                                       request.v3_and_below_producer_epoch, request.v3_and_below_topics, False, v)
-        return AddPartitionsToTxnResponse(version=v, throttle_time_ms=0, results_by_topic_v3_and_below=_topic_results(codes, v))
+        return AddPartitionsToTxnResult(results_by_topic_v3_and_below=topic_errors(codes.items()))
     if not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION):
-        return AddPartitionsToTxnResponse(version=v, throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-                                          results_by_transaction=[])
+        return AddPartitionsToTxnResult(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     results = []
     for t in request.transactions:
         codes = await _add_partitions(ctx, t.transactional_id, t.producer_id, t.producer_epoch, t.topics,
                                       t.verify_only, v)
-        results.append(APResult(version=v, transactional_id=t.transactional_id, topic_results=_topic_results(codes, v)))
-    return AddPartitionsToTxnResponse(version=v, throttle_time_ms=0, error_code=0, results_by_transaction=results)
+        results.append(TransactionResult(t.transactional_id, topic_errors(codes.items())))
+    return AddPartitionsToTxnResult(results_by_transaction=results)
 
 
 @api(25, 0, 3)
-async def handle_add_offsets_to_txn(ctx: RequestContext, request) -> AddOffsetsToTxnResponse:
+async def handle_add_offsets_to_txn(ctx: RequestContext, request) -> AddOffsetsToTxnResult:
     v = ctx.api_version
     gc = ctx.services.group_coordinator
     if gc is None:
-        return AddOffsetsToTxnResponse(version=v, throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return AddOffsetsToTxnResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     if not _txn_ok(ctx, request.transactional_id) or not _group_ok(ctx, request.group_id):
-        return AddOffsetsToTxnResponse(version=v, throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED
-                                       if _txn_ok(ctx, request.transactional_id) else
-                                       ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        return AddOffsetsToTxnResult(ErrorCode.GROUP_AUTHORIZATION_FAILED if _txn_ok(ctx, request.transactional_id)
+                                     else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     await gc.ensure_topic()
     tp = (gc.topic, gc.partition_for(request.group_id))
     code = await _coordinator(ctx).add_partitions(request.transactional_id, request.producer_id,
                                                   request.producer_epoch, [tp])
-    return AddOffsetsToTxnResponse(version=v, throttle_time_ms=0, error_code=fenced(code, v, 2))
+    return AddOffsetsToTxnResult(fenced(code, v, 2))
 
 
 @api(26, 0, 5)
-async def handle_end_txn(ctx: RequestContext, request) -> EndTxnResponse:
+async def handle_end_txn(ctx: RequestContext, request) -> EndTxnResult:
     v = ctx.api_version
     if not _txn_ok(ctx, request.transactional_id):
-        return EndTxnResponse(version=v, throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                              producer_id=-1, producer_epoch=-1)
+        return EndTxnResult(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     tv = transaction_version(ctx.metadata, v, TV2_END_TXN_VERSION)
     code, pid, epoch = await _coordinator(ctx).end_transaction(
         request.transactional_id, request.producer_id, request.producer_epoch, request.committed, tv)
-    return EndTxnResponse(version=v, throttle_time_ms=0, error_code=fenced(code, v, 2), producer_id=pid,
-                          producer_epoch=epoch)
+    return EndTxnResult(fenced(code, v, 2), pid, epoch)
 
 
 @api(28, 0, 5)
-async def handle_txn_offset_commit(ctx: RequestContext, request) -> TxnOffsetCommitResponse:
+async def handle_txn_offset_commit(ctx: RequestContext, request) -> TxnOffsetCommitResult:
     v = ctx.api_version
-    T = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
-    P = T.TxnOffsetCommitResponsePartition
     gc = ctx.services.group_coordinator
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     denied: dict[tuple[str, int], int] = {}
@@ -201,11 +185,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request) -> TxnOffsetCom
                 request.member_id if v >= 3 else "", request.generation_id if v >= 3 else -1,
                 request.group_instance_id if v >= 3 else None, offsets)
             codes = {tp: denied.get(tp) or codes[tp] for tp in wanted}
-    topics: dict[str, list] = {}
-    for (topic, p), code in codes.items():
-        topics.setdefault(topic, []).append(P(version=v, partition_index=p, error_code=fenced(code, v, 3)))
-    return TxnOffsetCommitResponse(version=v, throttle_time_ms=0,
-                                   topics=[T(version=v, name=n, partitions=ps) for n, ps in topics.items()])
+    return TxnOffsetCommitResult(topic_errors((tp, fenced(code, v, 3)) for tp, code in codes.items()))
 
 
 @api(66, 0, 1)
