@@ -351,6 +351,17 @@ static inline char *zz_put(char *p, int64_t v)
     return p;
 }
 
+/* A length-prefixed field of a record: the zigzag varint length (-1: null), then the bytes. */
+static inline char *zz_bytes(char *p, const uint8_t *d, int32_t len)
+{
+    p = zz_put(p, len);
+    if (len > 0) {
+        memcpy(p, d, (size_t)len);
+        p += len;
+    }
+    return p;
+}
+
 typedef struct {
     Buf buf;
     Py_ssize_t count;
@@ -651,30 +662,16 @@ static PyObject *encode_records(PyObject *Py_UNUSED(module), PyObject *args)
         *p++ = 0; /* attributes */
         *p++ = 0; /* timestamp delta 0 */
         p = zz_put(p, od);
-        p = zz_put(p, klen);
-        if (klen > 0) {
-            memcpy(p, kp, (size_t)klen);
-            p += klen;
-        }
-        p = zz_put(p, vlen);
-        if (vlen > 0) {
-            memcpy(p, vp, (size_t)vlen);
-            p += vlen;
-        }
+        p = zz_bytes(p, kp, klen);
+        p = zz_bytes(p, vp, vlen);
         if (hz > ha) {
             p = zz_put(p, fixed_count + (hz - ha));
             for (int32_t e = ha; e < hz; e++) {
                 const uint8_t *hkp, *hvp;
                 int32_t hkl, hvl;
                 row_header_get(&rh, e, &hkp, &hkl, &hvp, &hvl); /* checked when sizing the record */
-                p = zz_put(p, hkl);
-                memcpy(p, hkp, (size_t)hkl);
-                p += hkl;
-                p = zz_put(p, hvl);
-                if (hvl > 0) {
-                    memcpy(p, hvp, (size_t)hvl);
-                    p += hvl;
-                }
+                p = zz_bytes(p, hkp, hkl);
+                p = zz_bytes(p, hvp, hvl);
             }
             memcpy(p, fixed_items, (size_t)fixed_len);
             p += fixed_len;
