@@ -235,9 +235,9 @@ def plain_batch(records: list[tuple[bytes | None, bytes | None]], timestamp_ms: 
     """A v2 batch of uncompressed records without headers, all at ``timestamp_ms``, offset deltas
     0, 1, ...: byte for byte what kafka-python's builder (``build_batch``) gives, at a fraction of
     its cost. The coordinators write such batches on every state change, marker and offset commit."""
-    parts = [b""]  # the batch's fixed part goes first, once the CRC is known
+    parts: list[bytes] = []
     for i, (key, value) in enumerate(records):
-        zi = _ZZ_SMALL[i] if i < 8192 else _varint(i)
+        zi = _zz(i)
         if key is None:
             zk, key = b"\1", b""  # zigzag(-1): null
         else:
