@@ -1,8 +1,13 @@
 """One client connection of the Kafka listener: size-prefixed frames in, responses out in request order.
 
 Like Kafka, each connection is served one request at a time (a connection is "muted" while its
-request is in flight), so pipelined requests are applied and answered in the order sent.
-Responses ready back to back are coalesced into one write. Bad input (oversized or truncated
+request is in flight), so pipelined requests are applied and answered in the order sent, with one
+exception in cluster mode: a Produce whose appends are done and which only waits (for replication,
+acks=all, or a flush.messages fsync) lets the connection's next Produce be appended meanwhile
+(deviation: Kafka mutes the connection until the answer is sent, so a producer gets one request per
+replication round trip per connection). Answers still go out in request order, and a request of any
+other API waits until the Produce requests before it are answered; the read-ahead bound below holds
+the in-flight requests' bytes too. Responses ready back to back are coalesced into one write. Bad input (oversized or truncated
 frames, unknown api keys or versions, undecodable bodies, a non-nullable field sent as null)
 closes only that connection, with one WARN line and no response, before any handler runs, as
 Kafka does; ApiVersions with a version we do not know gets the v0 UNSUPPORTED_VERSION answer.
@@ -119,6 +124,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._held = 0  # bytes this connection has reserved in the pool
         self._frames: deque[bytearray] = deque()
         self._worker: asyncio.Task[None] | None = None
+        # Produce requests appended and waiting (replication, a flush) whose answers are not out yet,
+        # oldest first; and the worker's wake-up for a frame arriving meanwhile. Cluster mode only:
+        # on one node a Produce waits for nothing unless flush.messages is set.
+        self._inflight: deque[asyncio.Task[Any]] = deque()
+        self._frame_waiter: asyncio.Future[None] | None = None
+        self._pipeline_produce = bool(server.services.partitions.replicated)
         self._closed = False
         self._paused: set[str] = set()  # why reading is paused: "queue", "memory", "slot", "throttle"
         self._can_write = asyncio.Event()
@@ -349,6 +360,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return  # read before the hold took effect: handled once admitted
         if self._worker is None or self._worker.done():
             self._worker = self.server.loop.create_task(self._process())
+        elif (w := self._frame_waiter) is not None and not w.done():
+            w.set_result(None)  # the worker waits on a pipelined Produce: this frame may go next
         if len(self._frames) > self.server.max_queued or (self._partial is None and self._read_ahead() >= READ_AHEAD_BYTES):
             self._pause("queue")
 
@@ -375,12 +388,47 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     async def _process(self) -> None:
         out: list[bytes | memoryview] = []
+        inflight = self._inflight
         try:
-            while self._frames and not self._closed:
-                frame = self._frames.popleft()
+            while not self._closed:
+                # Answers of pipelined Produce requests whose waits have ended, in request order.
+                while inflight and inflight[0].done():
+                    chunks = inflight.popleft().result()
+                    if chunks:
+                        out.extend(chunks)
+                    if self.throttle_s:
+                        await self._throttle(out)
+                        out = []
+                if not self._frames:
+                    if not inflight:
+                        break
+                    if out:
+                        await self._write(out)
+                        out = []
+                    await self._wait_head_or_frame(inflight[0])
+                    continue
+                frame = self._frames[0]
+                key = int.from_bytes(frame[:2], "big", signed=True)
+                pipelined = key == 0 and self._pipeline_produce and (self.sasl is None or not self.sasl.raw)
+                if inflight and not pipelined:
+                    # Any other request is handled only once the Produce requests before it are
+                    # answered: requests take effect, and answers go out, in the order sent.
+                    if out:
+                        await self._write(out)
+                        out = []
+                    await asyncio.wait((inflight[0],))
+                    continue
+                self._frames.popleft()
                 if len(self._frames) < self.server.max_queued // 2 and self._read_ahead() - len(frame) < READ_AHEAD_BYTES // 2:
                     self._resume("queue")
-                if out and int.from_bytes(frame[:2], "big", signed=True) in _PARKING_APIS:
+                if pipelined:
+                    if out:
+                        await self._write(out)
+                        out = []
+                    await self._start_pipelined(frame)
+                    del frame
+                    continue
+                if out and key in _PARKING_APIS:
                     await self._write(out)
                     out = []
                 try:
@@ -402,6 +450,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 if out and (not self._frames or len(out) > 64):
                     await self._write(out)
                     out = []
+            if out:
+                await self._write(out)
         except CloseConnection as e:
             if out:
                 await self._write(out)
@@ -416,6 +466,58 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 with contextlib.suppress(Exception):
                     await self._write(out)
             self.close()
+        finally:
+            if self._closed:
+                self._drop_inflight()
+
+    async def _start_pipelined(self, frame: bytearray) -> None:
+        """Handle a Produce request until its appends are done (the handler calls ``release``
+        before it waits for replication or a flush), then return, leaving the wait and the answer
+        to a task: the connection's next Produce request is appended meanwhile, as Kafka's
+        producer pipelining intends. Answers still go out in request order (_process)."""
+        loop = self.server.loop
+        released = loop.create_future()
+
+        def release() -> None:
+            if not released.done():
+                released.set_result(None)
+
+        task = loop.create_task(self._dispatch_held(frame, release))
+        task.add_done_callback(lambda _t: release())
+        self._inflight.append(task)
+        await released
+
+    async def _dispatch_held(self, frame: bytearray, release: Any) -> list[bytes | memoryview] | None:
+        try:
+            return await request_dispatch.dispatch(self.server, self, frame, release)
+        finally:
+            self._release(len(frame))
+            # Reading may have paused on the bytes this request held (READ_AHEAD_BYTES) with no
+            # frame left to pop, where _process would otherwise resume it.
+            if "queue" in self._paused and len(self._frames) < self.server.max_queued // 2 \
+                    and self._read_ahead() < READ_AHEAD_BYTES // 2:
+                self._resume("queue")
+
+    async def _wait_head_or_frame(self, head: asyncio.Task[Any]) -> None:
+        """Until the oldest pipelined Produce is answered or a new frame arrives."""
+        waiter = self._frame_waiter = self.server.loop.create_future()
+        try:
+            await asyncio.wait((head, waiter), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._frame_waiter = None
+            if not waiter.done():
+                waiter.cancel()
+
+    def _drop_inflight(self) -> None:
+        """The connection is closed: pipelined requests still waiting get no answer (their appends
+        are done, as when a client disconnects during a Kafka acks=all wait)."""
+        while self._inflight:
+            t = self._inflight.popleft()
+            if t.done():
+                if not t.cancelled():
+                    t.exception()  # retrieved: nothing is left to answer it to
+            else:
+                t.cancel()
 
     async def _throttle(self, out: list[bytes | memoryview]) -> None:
         """KIP-219 channel muting: nothing more is read or handled on this connection for the

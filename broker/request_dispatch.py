@@ -54,8 +54,10 @@ class ConnectionState(Protocol):
     throttle_before_response: bool
 
 
-async def dispatch(server: ServerState, conn: ConnectionState, frame: bytearray) -> list[bytes | memoryview] | None:
-    """The response chunks for ``frame`` (None: no response is due)."""
+async def dispatch(server: ServerState, conn: ConnectionState, frame: bytearray,
+                   release: Callable[[], None] | None = None) -> list[bytes | memoryview] | None:
+    """The response chunks for ``frame`` (None: no response is due). ``release``: given to the
+    handler (RequestContext.release), which calls it once what is left is only waiting."""
     if conn.sasl is not None and conn.sasl.raw:
         return _raw_sasl_token(conn, frame)
     mv = memoryview(frame)
@@ -98,7 +100,7 @@ async def dispatch(server: ServerState, conn: ConnectionState, frame: bytearray)
             raise CloseConnection(why)
         principal = conn.sasl.principal or ANONYMOUS
     ctx = RequestContext(server.services, key, version, header.correlation_id, header.client_id,
-                         conn.peer[0], conn.peer[1], conn.id, principal, conn.listener_name)
+                         conn.peer[0], conn.peer[1], conn.id, principal, conn.listener_name, release)
     t0 = time.perf_counter()
     if conn.sasl is not None and key in (17, 36):
         if key == 17:

@@ -42,6 +42,9 @@ class RequestContext:
     principal: str = "User:ANONYMOUS"
     # The listener the request came in on: brokers are advertised with that listener's address.
     listener: str = ""
+    # Pipelined Produce (broker/connection.py): called by the handler once its appends are done and
+    # what is left is waiting (replication, a flush), so the connection's next request may start.
+    release: Callable[[], None] | None = None
 
     @property
     def metadata(self) -> MetadataStore:

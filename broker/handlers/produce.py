@@ -25,7 +25,9 @@ acks=all is answered once the high watermark covers the batch (the ISR has it, K
 DelayedProduce): NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below min.insync.replicas
 meanwhile, NOT_LEADER_OR_FOLLOWER when the leadership moved, REQUEST_TIMED_OUT after the
 request's timeout_ms. The high watermark never advances while this broker's etcd session is
-fenced, so a cut-off leader stops acknowledging before another can be elected.
+fenced, so a cut-off leader stops acknowledging before another can be elected. Once its appends are
+done the handler calls ``ctx.release`` (cluster mode), so the connection's next Produce is appended
+while this one waits (deviation from Kafka, see broker/connection.py); the answer stays in order.
 
 Durability: when an append reaches flush.messages, the partition's log is flushed (fsync in an
 executor, see broker.log_flusher) and, with acks=1/-1, the response waits for that flush, so
@@ -207,6 +209,8 @@ async def handle_produce(ctx: RequestContext, request) -> ProduceResult | None:
         if failed:
                 raise CloseConnection("a Produce with acks=0 failed; closing so the producer notices")
         return None
+    if ctx.release is not None and (due or replicated):
+        ctx.release()  # the appends are done: the connection's next Produce may be appended meanwhile
     if due:
         # Acknowledge only what is fsynced: one flush per partition, all of them in flight at once.
         settled = await asyncio.gather(*(log_flusher.flush(part) for part in due), return_exceptions=True)
