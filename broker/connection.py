@@ -3,14 +3,15 @@
 Like Kafka, each connection is served one request at a time (a connection is "muted" while its
 request is in flight), so pipelined requests are applied and answered in the order sent, with one
 exception in cluster mode: a Produce whose appends are done and which only waits (for replication,
-acks=all, or a flush.messages fsync) lets the connection's next Produce be appended meanwhile
-(deviation: Kafka mutes the connection until the answer is sent, so a producer gets one request per
-replication round trip per connection). Answers still go out in request order, and a request of any
-other API waits until the Produce requests before it are answered; the read-ahead bound below holds
-the in-flight requests' bytes too. Responses ready back to back are coalesced into one write. Bad input (oversized or truncated
-frames, unknown api keys or versions, undecodable bodies, a non-nullable field sent as null)
-closes only that connection, with one WARN line and no response, before any handler runs, as
-Kafka does; ApiVersions with a version we do not know gets the v0 UNSUPPORTED_VERSION answer.
+acks=all, or a flush.messages fsync) lets the connection's next Produce, when one is already read,
+be appended meanwhile (deviation: Kafka mutes the connection until the answer is sent, so a producer
+gets one request per replication round trip per connection). Answers still go out in request order,
+and a request of any other API waits until the Produce requests before it are answered; the
+read-ahead bound below holds the in-flight requests' bytes too. Responses ready back to back are
+coalesced into one write. Bad input (oversized or truncated frames, unknown api keys or versions,
+undecodable bodies, a non-nullable field sent as null) closes only that connection, with one WARN
+line and no response, before any handler runs, as Kafka does; ApiVersions with a version we do not
+know gets the v0 UNSUPPORTED_VERSION answer.
 
 Memory (Kafka's Selector + MemoryPool): reads land in one scratch buffer shared by all
 connections (the loop reads one socket at a time), so an idle connection holds no buffer. A frame
@@ -405,18 +406,22 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     if out:
                         await self._write(out)
                         out = []
-                    await self._wait_head_or_frame(inflight[0])
+                    await self._wait_head(inflight[0], or_frame=True)
                     continue
                 frame = self._frames[0]
                 key = int.from_bytes(frame[:2], "big", signed=True)
-                pipelined = key == 0 and self._pipeline_produce and (self.sasl is None or not self.sasl.raw)
+                # Pipelined only when there is something to overlap: another frame already read, or
+                # Produce requests in flight (then it must be, to keep the order). A lone Produce is
+                # awaited directly: no task, and no extra wake-ups for one write at a time.
+                pipelined = key == 0 and self._pipeline_produce and (len(self._frames) > 1 or bool(inflight)) \
+                    and (self.sasl is None or not self.sasl.raw)
                 if inflight and not pipelined:
                     # Any other request is handled only once the Produce requests before it are
                     # answered: requests take effect, and answers go out, in the order sent.
                     if out:
                         await self._write(out)
                         out = []
-                    await asyncio.wait((inflight[0],))
+                    await self._wait_head(inflight[0], or_frame=False)
                     continue
                 self._frames.popleft()
                 if len(self._frames) < self.server.max_queued // 2 and self._read_ahead() - len(frame) < READ_AHEAD_BYTES // 2:
@@ -498,15 +503,23 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     and self._read_ahead() < READ_AHEAD_BYTES // 2:
                 self._resume("queue")
 
-    async def _wait_head_or_frame(self, head: asyncio.Task[Any]) -> None:
-        """Until the oldest pipelined Produce is answered or a new frame arrives."""
-        waiter = self._frame_waiter = self.server.loop.create_future()
+    async def _wait_head(self, head: asyncio.Task[Any], *, or_frame: bool) -> None:
+        """Until the oldest pipelined Produce is answered (``or_frame``: or a new frame arrives).
+        One future and a done callback: cheaper than asyncio.wait, which runs once per Produce."""
+        waiter = self.server.loop.create_future()
+
+        def wake(_t: object) -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        head.add_done_callback(wake)
+        if or_frame:
+            self._frame_waiter = waiter
         try:
-            await asyncio.wait((head, waiter), return_when=asyncio.FIRST_COMPLETED)
+            await waiter
         finally:
             self._frame_waiter = None
-            if not waiter.done():
-                waiter.cancel()
+            head.remove_done_callback(wake)
 
     def _drop_inflight(self) -> None:
         """The connection is closed: pipelined requests still waiting get no answer (their appends

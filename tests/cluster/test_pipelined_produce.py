@@ -8,7 +8,7 @@ connection as soon as the previous one's appends are done (broker/connection.py)
 before it, so requests still take effect, and are answered, in the order sent.
 
 How the test sees it: both followers are frozen (SIGSTOP), so nothing the leader appends can be
-replicated; two acks=all Produce requests and an ApiVersions request are sent back to back on one
+replicated; two acks=all Produce requests and an ApiVersions request are sent in one write on one
 connection. The second batch must reach the leader's segment file while the first is still
 unanswered (before this change it was read only after the first was answered), no answer may come
 while the followers are frozen, and once they resume the answers come in request order with the
@@ -35,7 +35,7 @@ from tests.helpers.cluster_state import stop_and_check, wait_full_isr
 from tests.helpers.etcd_proc import ETCD_PACKAGE, EtcdProcess
 from tests.helpers.tools import require_tool
 from tests.helpers.waiting import wait_for
-from tests.helpers.wire import RawConnection
+from tests.helpers.wire import RawConnection, encode_request
 
 TOPIC = "piped-produce"
 V = 9
@@ -73,10 +73,13 @@ def test_next_produce_is_appended_while_the_previous_waits_and_answers_stay_in_o
             for node in (2, 3):
                 os.kill(cluster.brokers[node].proc.pid, signal.SIGSTOP)
                 frozen.append(node)
-            corr_first = conn.send(_produce(first), V)
-            corr_second = conn.send(_produce(second), V)
+            # One write, so the broker reads the three requests together (a Produce is pipelined
+            # when another request is already there to overlap with it).
             api_versions = ApiVersionsRequest(version=3, client_software_name="t", client_software_version="1")
-            corr_versions = conn.send(api_versions, 3)
+            corr_first, corr_second, corr_versions = 9001, 9002, 9003
+            conn.send_raw(encode_request(_produce(first), V, corr_first)
+                          + encode_request(_produce(second), V, corr_second)
+                          + encode_request(api_versions, 3, corr_versions))
 
             wait_for(lambda: segment.exists() and segment.stat().st_size == len(first) + len(second),
                      "both batches in the leader's segment while the first waits for replication", timeout=45)
