@@ -43,6 +43,7 @@ import struct
 import termios
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from broker import listener_security, request_dispatch
@@ -424,8 +425,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     await self._wait_head(inflight[0], or_frame=False)
                     continue
                 self._frames.popleft()
-                if len(self._frames) < self.server.max_queued // 2 and self._read_ahead() - len(frame) < READ_AHEAD_BYTES // 2:
-                    self._resume("queue")
+                self._resume_reading_below_half(len(frame))
                 if pipelined:
                     if out:
                         await self._write(out)
@@ -475,11 +475,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if self._closed:
                 self._drop_inflight()
 
+    def _resume_reading_below_half(self, handling: int) -> None:
+        """Resume reading paused for the queue bound once the frames queued and the bytes held
+        (less ``handling``, the frame just taken) are below half of their bounds."""
+        if len(self._frames) < self.server.max_queued // 2 and self._read_ahead() - handling < READ_AHEAD_BYTES // 2:
+            self._resume("queue")
+
     async def _start_pipelined(self, frame: bytearray) -> None:
         """Handle a Produce request until its appends are done (the handler calls ``release``
         before it waits for replication or a flush), then return, leaving the wait and the answer
-        to a task: the connection's next Produce request is appended meanwhile, as Kafka's
-        producer pipelining intends. Answers still go out in request order (_process)."""
+        to a task, so the connection's next Produce request is appended meanwhile. Answers still go
+        out in request order (_process)."""
         loop = self.server.loop
         released = loop.create_future()
 
@@ -492,16 +498,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._inflight.append(task)
         await released
 
-    async def _dispatch_held(self, frame: bytearray, release: Any) -> list[bytes | memoryview] | None:
+    async def _dispatch_held(self, frame: bytearray, release: Callable[[], None]) -> list[bytes | memoryview] | None:
         try:
             return await request_dispatch.dispatch(self.server, self, frame, release)
         finally:
             self._release(len(frame))
-            # Reading may have paused on the bytes this request held (READ_AHEAD_BYTES) with no
-            # frame left to pop, where _process would otherwise resume it.
-            if "queue" in self._paused and len(self._frames) < self.server.max_queued // 2 \
-                    and self._read_ahead() < READ_AHEAD_BYTES // 2:
-                self._resume("queue")
+            # Reading may have paused on the bytes this request held, with no frame left for
+            # _process to pop (where it otherwise resumes reading).
+            self._resume_reading_below_half(0)
 
     async def _wait_head(self, head: asyncio.Task[Any], *, or_frame: bool) -> None:
         """Until the oldest pipelined Produce is answered (``or_frame``: or a new frame arrives).
