@@ -29,15 +29,35 @@ sys.path[:0] = [str(HERE), str(ROOT)]
 
 import lib_cclient  # noqa: E402
 from cluster_bench import start_cluster, topic_factory  # noqa: E402
+from lib_meter import process_cpu  # noqa: E402
 from lib_page_cache import Ballast  # noqa: E402
 
-FIGURES = ("c_produce_mb_s", "c_consume_mb_s")
+FIGURES = ("c_produce_mb_s", "c_consume_mb_s", "produce_broker_cpu_ms_per_mb", "produce_cores_busy")
+UNITS = {"c_produce_mb_s": "MB/s", "c_consume_mb_s": "MB/s", "produce_broker_cpu_ms_per_mb": "CPU-ms per MB",
+         "produce_cores_busy": "cores"}
 
 
 def one_round(bootstrap: str, pids: list[int], rf: int, records: int) -> dict[str, float]:
-    lib_cclient.create_topic = topic_factory(rf, {"min.insync.replicas": "2"} if rf > 1 else {})
-    out = lib_cclient.produce_consume(bootstrap, None, records=records)
-    return {"c_produce_mb_s": out["c_produce"]["mb_per_s"], "c_consume_mb_s": out["c_consume"]["mb_per_s"]}
+    """One produce and one consume of ``records`` x 1 KiB into a fresh topic with replication factor
+    ``rf``; with the produce's CPU: the three brokers' CPU-ms per MB, and how many of the machine's
+    cores the brokers and the tool kept busy (below 2 on this machine: something other than CPU
+    limits the run, e.g. the replication round trips an acks=all write waits for)."""
+    create = topic_factory(rf, {"min.insync.replicas": "2"} if rf > 1 else {})
+    start: list[float] = []
+
+    def create_then_start_meter(bootstrap: str, topic: str, partitions: int) -> None:
+        create(bootstrap, topic, partitions)  # the topic ready (cluster_bench.topic_factory): not metered
+        start.extend((sum(process_cpu(p) or 0.0 for p in pids), time.perf_counter()))
+
+    lib_cclient.create_topic = create_then_start_meter
+    prod = lib_cclient.produce(bootstrap, None, records=records)
+    wall = time.perf_counter() - start[1]
+    brokers = sum(process_cpu(p) or 0.0 for p in pids) - start[0]
+    cons = lib_cclient.consume(bootstrap, None, prod["topic"], records=records)
+    mb = records * 1024 / 1e6
+    return {"c_produce_mb_s": prod["mb_per_s"], "c_consume_mb_s": cons["mb_per_s"],
+            "produce_broker_cpu_ms_per_mb": brokers * 1000 / mb,
+            "produce_cores_busy": (brokers + prod["usage"]["client_cpu"]) / wall}
 
 
 def main() -> int:
@@ -82,8 +102,12 @@ def main() -> int:
         f"{lib_cclient.library_version() or '?'} (rdkafka_performance). Memory: "
         + ("cold (`--cold-memory`)." if args.cold_memory else
            "a page-cache ballast (lib_page_cache.py) filled what the VM had free before each load."), "",
-        "| figure (MB/s) | RF=1 | RF=3 | ratio of medians | paired ratio |", "|---|---|---|---|---|",
-        *(f"| {f} | {a:.1f} | {b:.1f} | {c:.2f} | {d:.2f} |" for f, a, b, c, d in rows), ""]
+        "| figure | unit | RF=1 | RF=3 | ratio of medians | paired ratio |", "|---|---|---|---|---|---|",
+        *(f"| {f} | {UNITS[f]} | {a:.2f} | {b:.2f} | {c:.2f} | {d:.2f} |" for f, a, b, c, d in rows), "",
+        "`produce_broker_cpu_ms_per_mb`: the three brokers' CPU (user + system) during the produce, per MB "
+        "produced. `produce_cores_busy`: the brokers' and rdkafka_performance's CPU over the produce's wall "
+        "time; the machine has 2 cores, so a figure well below 2 means the run waited on something other "
+        "than CPU.", ""]
     (args.out / "cluster_rf_bench.md").write_text("\n".join(lines))
     return 0
 

@@ -124,7 +124,14 @@ def produce_consume(bootstrap: str, broker_pid: int | None, *, records: int, siz
     """Produce ``records`` values with the C tool into a fresh topic (4 partitions by default), then consume them.
     Returns ``{"c_produce": figures, "c_consume": figures}``."""
     prod = produce(bootstrap, broker_pid, records=records, size=size, timeout=timeout, partitions=partitions)
-    topic, exe = prod["topic"], str(BINARY)
+    return {"c_produce": prod, "c_consume": consume(bootstrap, broker_pid, prod["topic"], records=records,
+                                                     timeout=timeout, partitions=partitions)}
+
+
+def consume(bootstrap: str, broker_pid: int | None, topic: str, *, records: int, timeout: float = 180,
+            partitions: int = PARTITIONS) -> dict[str, Any]:
+    """Consume ``records`` values of ``topic`` from the beginning with the C tool; its figures."""
+    exe = str(BINARY)
     parts = [a for p in range(partitions) for a in ("-p", str(p))]
     out, usage = _run_metered([exe, "-C", "-t", topic, "-b", bootstrap, *parts, "-o", "beginning",
                                "-c", str(records)], broker_pid, timeout)
@@ -135,9 +142,8 @@ def produce_consume(bootstrap: str, broker_pid: int | None, *, records: int, siz
     if got < records:
         raise WorkloadError(f"rdkafka_performance consumed {got} of {records}")
     wall = max(ms, 1) / 1e3
-    cons = {"records": got, "records_per_s": got / wall, "mb_per_s": float(m.group(5)), "tool_ms": ms,
+    return {"records": got, "records_per_s": got / wall, "mb_per_s": float(m.group(5)), "tool_ms": ms,
             "usage": usage}
-    return {"c_produce": prod, "c_consume": cons}
 
 
 def produce(bootstrap: str, broker_pid: int | None, *, records: int, size: int = 1024,
