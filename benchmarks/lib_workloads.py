@@ -9,7 +9,7 @@ client settings are used whichever broker is on the other end. Client settings p
   compressed variants (acks=all, ``compression.type`` lz4 or zstd) cycle through 1,024 distinct
   1 KiB JSON-like text values that compress about 2x (lz4) to 3.5x (zstd) (random values would not compress), see
   :func:`record_values`.
-- consume: an ``assign()``-ing consumer (no group) reads a full topic from offset 0, default fetch sizes.
+- consume: an ``assign()``-ing consumer (no group) reads a full topic from its start, default fetch sizes.
 - latency: a producer (acks=all, ``linger.ms=0``) offers a fixed rate; a consumer in a separate
   process (so the two never share a GIL) reads the same topic; latency = consumer receive time −
   producer send time, both from the system-wide CLOCK_MONOTONIC.
@@ -31,7 +31,7 @@ import uuid
 from array import array
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from lib_meter import Meter
 
@@ -160,7 +160,8 @@ def consume(bootstrap: str, broker_pid: int | None, *, topic: str, expected: int
         first: float | None = None
         with Meter(broker_pid) as m:
             t0 = time.perf_counter()
-            c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+            # From the log start, not offset 0: cluster_bench's topics start at 1 (topic_factory).
+            c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
             deadline = time.monotonic() + 300
             while got < expected and time.monotonic() < deadline:
                 # consume(n) blocks until n records or the timeout: never ask for more than remain.
@@ -191,7 +192,7 @@ def _latency_consumer(bootstrap: str, topic: str, first_seq: int, last_seq: int,
     """Child process: read the topic, time every record with seq in [first_seq, last_seq)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("bench-latency"),
                   "enable.auto.commit": False, "enable.partition.eof": False})
-    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
     lat = array("d")
     want = last_seq - first_seq
     seen = 0

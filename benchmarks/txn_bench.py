@@ -224,9 +224,11 @@ def bench_ctp(bootstrap: str, src: str, dst: str, records: int, batch: int, pid:
         seconds = time.perf_counter() - t0
         # Not timed: the group's committed offsets must account for every input record.
         committed = consumer.committed([TopicPartition(src, q) for q in range(PARTITIONS)], timeout=TIMEOUT)
+        # Counted from each partition's log start (cluster_bench's topics start at offset 1).
+        starts = [consumer.get_watermark_offsets(TopicPartition(src, q), timeout=TIMEOUT)[0] for q in range(PARTITIONS)]
     finally:
         consumer.close()
-    if done < records or sum(tp.offset for tp in committed) != records:
+    if done < records or sum(tp.offset - s for tp, s in zip(committed, starts, strict=True)) != records:
         raise SystemExit(f"consume-transform-produce committed only {done} of {records} records "
                          f"(group offsets {[tp.offset for tp in committed]})")
     return CtpPhase(done, transactions, seconds, cpu_delta(pid, cpu0))
