@@ -9,9 +9,10 @@ machine hit both alike):
 - **single**: one kbroker in single-node mode (no etcd), topics RF=1;
 - **cluster**: a real etcd and 3 kbroker processes on 127.0.0.1 (tests/helpers/cluster_proc.py),
   topics RF=3 with min.insync.replicas=2, created with the full ISR;
-and runs against each, with the same client settings (confluent-kafka, lib_workloads.py):
+and runs against each, on topics whose partitions already replicate (one acks=all record each, then
+DeleteRecords past it: the logs start at offset 1; ``_wait_replicating``), with the same client settings (confluent-kafka, lib_workloads.py):
 - produce acks=all throughput (``--records`` x ``--size`` B, 4 partitions, linger.ms=5, 1 MiB batches);
-- consume throughput of that topic from offset 0 (an assign()-ing consumer);
+- consume throughput of that topic from its start (an assign()-ing consumer);
 - end-to-end latency at a fixed rate (acks=all producer, consumer in another process): p50/p99.
   In the cluster a record becomes readable only once the high watermark covers it, so this is the
   replication commit latency as a client sees it.
@@ -235,7 +236,7 @@ def markdown(results: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         f"({m['cpus']} CPUs), Python {m['python']}, confluent-kafka {m['client']}; {m['rounds']} round(s), "
         "medians (paired ratio: median of the per-round cluster/single ratios). "
         f"Produce: {m['records']:,} records x {m['size']} B, acks=all, 4 partitions, linger.ms=5. "
-        f"Consume: that topic from offset 0. Latency: {m['latency_rate']} records/s for {m['latency_seconds']} s, "
+        f"Consume: that topic from its start. Latency: {m['latency_rate']} records/s for {m['latency_seconds']} s, "
         "acks=all, consumer in another process (producer send -> consumer receive).",
         "",
         "Single node: one kbroker, no etcd, topics RF=1. Cluster: etcd + 3 kbroker processes on the same "
