@@ -222,6 +222,7 @@ class Broker:
         self.verifier = TxnVerifier(self.node_id, self.metadata, self.inter_broker)
         self.replica_manager = ReplicaManager(env, self.log_manager, self.verifier,
                                               on_role_change=self.partition_role_changed)
+        self.replica_manager.fetch_sessions = self.fetch_sessions
         self.topics = TopicAdmin(cfg, self.metadata, self.replica_manager, clustered=clustered)
 
     async def _start_coordinators(self) -> None:

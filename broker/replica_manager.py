@@ -28,6 +28,7 @@ from pathlib import Path
 from broker import log_flusher
 from broker.append_path import LeaderAppends
 from broker.config import topic_log_config, topic_max_message_bytes
+from broker.fetch_sessions import FetchSessionCache
 from broker.metrics.stats import BrokerTopicStats
 from broker.partition import Partition
 from broker.replication.env import ReplicaEnv
@@ -70,6 +71,9 @@ class ReplicaManager:
         # event, deletion, a config change) must not walk every partition of the broker.
         self._by_topic: dict[str, dict[int, Partition]] = {}
         self._on_role_change = on_role_change
+        # Followers' fetch sessions on this broker (set by the broker): told of each leadership taken
+        # up, so that followers start fetching it at once (FetchSessionCache.expect).
+        self.fetch_sessions: FetchSessionCache | None = None
         self._creating: dict[str, asyncio.Task[None]] = {}  # topic -> its creation job
         self._deleting: dict[str, asyncio.Task[None]] = {}  # topic -> the job deleting its files
         self.topic_stats = BrokerTopicStats()  # messages / bytes in and out, for broker.metrics
@@ -224,6 +228,8 @@ class ReplicaManager:
                 part.log.assign_leader_epoch(epoch, part.log.log_end_offset)
                 followers = [r for r in md.replicas(t, p) if r != me]
                 part.leader_state = LeaderState(epoch, part.log.log_end_offset, followers, now)
+                if self.fetch_sessions is not None:
+                    self.fetch_sessions.expect((t, p), followers, now)
                 log.info("%s-%d: leading epoch %d from offset %d (high watermark %d, ISR %s)", t, p, epoch,
                          part.log.log_end_offset, part.high_watermark, md.isr(t, p))
                 self._on_role_change(part)

@@ -30,6 +30,9 @@ full fetch with epoch 0 opens a session; its incremental fetches name only what 
 only the partitions with news. A consumer's full fetch is answered with session id 0 ("no session
 was created"), so it keeps sending full requests (deviation: Kafka gives consumers sessions too).
 Unknown session: FETCH_SESSION_ID_NOT_FOUND; wrong epoch: INVALID_FETCH_SESSION_EPOCH.
+Deviation in timing: while a partition this broker started leading is not yet in a follower's
+session, that follower's long poll lasts at most 20 ms (FetchSessionCache.expect), so its next fetch
+can name the partition without waiting out replica.fetch.wait.max.ms.
 
 The response is encoded by protocol.fast_codecs, which passes the segment bytes through as
 separate chunks of the socket write instead of copying them into one buffer. Ranges of 64 KiB and
@@ -343,6 +346,13 @@ async def handle_fetch(ctx: RequestContext, request) -> RawResponse:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
+            if session is not None and session.expected:
+                # A partition this follower is to fetch from here is not in its fetch yet: answer
+                # soon, so that its next fetch can name it (FetchSessionCache.expect).
+                cap = session.expected_wait_cap_s(lag_clock_ms())
+                if cap is not None and cap < remaining:
+                    remaining = cap
+                    deadline = time.monotonic() + cap
             fut: asyncio.Future[None] = loop.create_future()
             if session is not None:
                 # The whole session waits: news of any of its partitions ends the long poll
