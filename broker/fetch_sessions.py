@@ -191,6 +191,8 @@ class FetchSessionCache:
             return
         until = now_ms + EXPECT_FOR_MS
         for session in self._sessions.values():
+            if session.waiter is None and now_ms - session.last_fetch_ms > EXPECT_FOR_MS:
+                continue  # not fetching (a follower that is gone): nothing to wake, nothing to hold
             if session.replica in wanted and key not in session.partitions:
                 session.expected[key] = until
                 w = session.waiter

@@ -39,8 +39,20 @@ def test_expectation_lapses() -> None:
     cache = FetchSessionCache(10)
     s = cache.create(2)
     assert s is not None
+    s.last_fetch_ms = 4_900
     cache.expect(("t", 0), [2], now_ms=5_000)
     assert s.expected_wait_cap_s(5_000 + EXPECT_FOR_MS) == EXPECTED_POLL_S
     assert s.expected_wait_cap_s(5_001 + EXPECT_FOR_MS) is None and not s.expected
     cache.expect(("t", 1), [], now_ms=9_000)  # no followers: nothing to wait for
     assert not s.expected
+
+
+def test_sessions_of_followers_that_stopped_fetching_are_left_alone() -> None:
+    """The session of a follower that is gone (killed: no fetch parked, none for a while) stays in
+    the cache until evicted; leaderships taken up meanwhile do not pile up expectations in it."""
+    cache = FetchSessionCache(10)
+    gone = cache.create(2)
+    assert gone is not None
+    gone.last_fetch_ms = 1_000
+    cache.expect(("t", 0), [2], now_ms=1_000 + EXPECT_FOR_MS + 1)
+    assert not gone.expected
