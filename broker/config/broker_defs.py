@@ -425,7 +425,8 @@ _BROKER_DEFS: list[ConfigDef] = [
     _b("replica.fetch.response.max.bytes", "int", 10485760,
        "Cluster mode: bytes a follower's fetch asks for in all partitions.", at_least(0)),
     _b("replica.fetch.backoff.ms", "int", 1000,
-       "Cluster mode: pause of a follower after a fetch error before it tries that leader again.", at_least(0)),
+       "Cluster mode: pause of a follower after a fetch error before it tries that leader again (an answer "
+       "that the leader does not lead the partition yet: 10 ms first, doubling up to this).", at_least(0)),
     _b("num.replica.fetchers", "int", 1,
        "Cluster mode: fetcher tasks per leader a follower fetches from (partitions move on their next change).",
        at_least(1), dynamic=True),

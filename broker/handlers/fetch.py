@@ -196,8 +196,16 @@ def _session_items(ctx: RequestContext, request, session: FetchSession, incremen
     items = []
     for key in keys:
         cp = cached[key]
-        items.append(_item(ctx, may_read, use_ids, cp.topic, cp.topic_id, cp.index, cp.fetch_offset, cp.max_bytes,
-                           cp.leader_epoch, cp.last_fetched_epoch, cp.follower_log_start))
+        it = _item(ctx, may_read, use_ids, cp.topic, cp.topic_id, cp.index, cp.fetch_offset, cp.max_bytes,
+                   cp.leader_epoch, cp.last_fetched_epoch, cp.follower_log_start)
+        part = it.part
+        if part is not None and cp.watched is not part:
+            # Named before this broker had the partition (a follower that learned of a new topic
+            # first): watched from now, so that an append wakes this fetch if it parks; waiting for
+            # _settle after the answer left it parked for replica.fetch.wait.max.ms.
+            part.watch(session)
+            cp.watched = part
+        items.append(it)
     return items
 
 

@@ -8,6 +8,8 @@ One real broker; raw Fetch v12 requests over a socket, records written with conf
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -138,3 +140,49 @@ def test_consumers_get_no_session(broker: BrokerProcess) -> None:
         assert r.error_code == 0 and r.session_id == 0
         r = fetch(conn, session_id=0, epoch=1, offsets={0: 0}, replica=-1)
         assert r.error_code == ErrorCode.INVALID_FETCH_SESSION_EPOCH
+
+
+def test_a_partition_named_before_it_existed_wakes_the_parked_fetch(broker: BrokerProcess) -> None:
+    """A follower can name a partition before its leader has it (it applied the new topic's metadata
+    first): the session keeps it, answered with an error. Once the broker leads it, an append must
+    end a fetch of that session parked here, as for any session partition; the session used to
+    watch it only after the next answer, so that one long poll ran to its end (500 ms by default,
+    and a new topic's first acks=all write waited for it)."""
+    topic = "named-early"
+    req_topic = [T(version=V, topic=topic, partitions=[
+        P(version=V, partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
+          log_start_offset=-1, partition_max_bytes=1 << 20)])]
+    with RawConnection(broker.bootstrap, timeout=30) as conn:
+        full = conn.request(FetchRequest(
+            version=V, replica_id=1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+            session_id=0, session_epoch=0, rack_id="", forgotten_topics_data=[], topics=req_topic), V)
+        sid = full.session_id
+        assert sid != 0
+        assert [p.error_code for t in full.responses for p in t.partitions] == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(30)
+
+        # A long poll naming nothing (the follower's fetch state did not change): the session's
+        # partition, led here now, has no records yet, so the fetch parks until one is appended.
+        result: list[object] = []
+
+        def long_poll() -> None:
+            try:
+                result.append(conn.request(FetchRequest(
+                    version=V, replica_id=1, max_wait_ms=60_000, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                    session_id=sid, session_epoch=1, rack_id="", forgotten_topics_data=[], topics=[]), V))
+            except Exception as e:  # the 30 s socket timeout: the append did not end the long poll
+                result.append(e)
+
+        t = threading.Thread(target=long_poll)
+        t.start()
+        p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+        p.produce(topic, b"v", partition=0)
+        assert p.flush(30) == 0
+        t.join(60)
+        assert not t.is_alive()
+        (r,) = result
+        assert not isinstance(r, Exception), f"the long poll was not ended by the append: {r!r}"
+        got = {(t.topic, p.partition_index): (p.error_code, len(p.records or b"")) for t in r.responses
+               for p in t.partitions}
+        assert got[(topic, 0)][0] == 0 and got[(topic, 0)][1] > 0
