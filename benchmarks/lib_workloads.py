@@ -51,16 +51,20 @@ def create_topic(bootstrap: str, topic: str, partitions: int = PARTITIONS,
                  config: dict[str, str] | None = None) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})])[topic].result(30)
-    # Wait until metadata lists every partition with a leader: some brokers answer CreateTopics
-    # before the topic is usable.
-    deadline = time.monotonic() + 30
+    # Some brokers answer CreateTopics before the topic is usable.
+    wait_leaders(admin, topic, partitions)
+
+
+def wait_leaders(admin: AdminClient, topic: str, partitions: int, timeout: float = 30) -> None:
+    """Until metadata lists every partition of ``topic`` with a leader (WorkloadError after ``timeout``)."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         md = admin.list_topics(topic, timeout=10).topics.get(topic)
         if md is not None and md.error is None and len(md.partitions) == partitions and all(
                 p.leader >= 0 for p in md.partitions.values()):
             return
         time.sleep(0.05)
-    raise WorkloadError(f"topic {topic} not ready after 30 s")
+    raise WorkloadError(f"topic {topic} not ready after {timeout:g} s")
 
 
 def record_values(size: int, compression: str, count: int = 1024) -> list[bytes]:

@@ -27,24 +27,14 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path[:0] = [str(ROOT)]
+sys.path[:0] = [str(HERE), str(ROOT)]
 
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from lib_workloads import wait_leaders  # noqa: E402
 
 from tests.helpers.cluster_proc import BrokerCluster  # noqa: E402
 from tests.helpers.etcd_proc import EtcdProcess  # noqa: E402
-
-
-def _wait_leaders(admin: AdminClient, topic: str, partitions: int, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        md = admin.list_topics(topic, timeout=10).topics.get(topic)
-        if md is not None and md.error is None and len(md.partitions) == partitions and all(
-                p.leader >= 0 for p in md.partitions.values()):
-            return
-        time.sleep(0.01)
-    raise RuntimeError(f"topic {topic}: no leader for every partition after {timeout} s")
 
 
 def one_cluster(topics: int, partitions: int) -> list[list[float]]:
@@ -62,7 +52,7 @@ def one_cluster(topics: int, partitions: int) -> list[list[float]]:
             for n in range(topics):
                 topic = f"first-write-{n}"
                 admin.create_topics([NewTopic(topic, partitions, 3)])[topic].result(60)
-                _wait_leaders(admin, topic, partitions)
+                wait_leaders(admin, topic, partitions, 60)
                 row = []
                 for q in range(partitions):
                     t0 = time.perf_counter()
