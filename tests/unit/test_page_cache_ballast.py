@@ -15,13 +15,21 @@ from lib_page_cache import Ballast, mem_free_mb  # noqa: E402
 
 
 def test_top_up_writes_what_is_free_above_the_mark_and_close_removes_it(tmp_path: Path) -> None:
-    b = Ballast(tmp_path, keep_free_mb=max(mem_free_mb() - 96, 0), only_if_reporting=False)
-    done = b.top_up(passes=1)
-    # ~96 MB free above the mark (other processes move MemFree a little meanwhile).
-    assert 64 <= done["written_mb"] <= 256
-    assert b.path.stat().st_size == done["written_mb"] << 20 == b.size
-    b.close()
-    assert not b.path.exists() and b.size == 0
+    # ~96 MB free above the mark. Other processes move MemFree meanwhile (in a full test run, the
+    # brokers of earlier tests still exiting: once, 96 MB went between the mark and the top-up, and
+    # nothing was written), so up to 5 attempts, each with a mark taken afresh; each must clean up.
+    written = []
+    for _ in range(5):
+        b = Ballast(tmp_path, keep_free_mb=max(mem_free_mb() - 96, 0), only_if_reporting=False)
+        done = b.top_up(passes=1)
+        written.append(done["written_mb"])
+        if done["written_mb"]:
+            assert b.path.stat().st_size == done["written_mb"] << 20 == b.size
+        b.close()
+        assert not b.path.exists() and b.size == 0
+        if 64 <= done["written_mb"] <= 256:
+            break
+    assert 64 <= written[-1] <= 256, f"MB written per attempt: {written}"
 
 
 def test_nothing_is_written_past_the_file_systems_room(tmp_path: Path, monkeypatch) -> None:
