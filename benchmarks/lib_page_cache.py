@@ -22,6 +22,9 @@ once touched stays cheap and the ballast writes nothing.
 from __future__ import annotations
 
 import os
+import signal
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -46,9 +49,24 @@ def reported_mb() -> int | None:
         return None
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    sys.exit(128 + signum)
+
+
+def exit_cleanly_on_sigterm() -> None:
+    """Make SIGTERM (what `timeout` sends) raise SystemExit in the main thread, so that the `with`
+    blocks and `finally` clauses of a benchmark run: its ballast file (tens of GB: it grows with each
+    round's top-up) and its brokers' log dirs are removed. Python's default for SIGTERM ends the
+    process at once, and two runs stopped that way left 61 GB in /tmp, which then failed a test on
+    the file system's room. A handler the program set itself is kept."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+
+
 class Ballast:
     def __init__(self, directory: str | os.PathLike[str], keep_free_mb: int = 512,
                  only_if_reporting: bool = True) -> None:
+        exit_cleanly_on_sigterm()
         self.path = Path(directory) / "page-cache-ballast"
         self.keep_free_mb = keep_free_mb
         # Fill only where freed memory goes back to the host (see the module docstring).
