@@ -53,6 +53,7 @@ from broker.client_throttle import max_fetch_bytes
 from broker.fetch_sessions import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
+    CachedPartition,
     FetchSession,
     fetch_replica_id,
     next_epoch,
@@ -169,9 +170,8 @@ def _update_session(ctx: RequestContext, request, session: FetchSession) -> None
             cp = session.update(key, topic_id, p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch,
                                 getattr(p, "last_fetched_epoch", -1), getattr(p, "log_start_offset", -1))
             part = partitions.get(*key)
-            if part is not None and cp.watched is not part:
-                part.watch(session)
-                cp.watched = part
+            if part is not None:
+                _watch(session, cp, part)
 
 
 def _session_items(ctx: RequestContext, request, session: FetchSession, incremental: bool,
@@ -198,15 +198,21 @@ def _session_items(ctx: RequestContext, request, session: FetchSession, incremen
         cp = cached[key]
         it = _item(ctx, may_read, use_ids, cp.topic, cp.topic_id, cp.index, cp.fetch_offset, cp.max_bytes,
                    cp.leader_epoch, cp.last_fetched_epoch, cp.follower_log_start)
-        part = it.part
-        if part is not None and cp.watched is not part:
-            # Named before this broker had the partition (a follower that learned of a new topic
-            # first): watched from now, so that an append wakes this fetch if it parks; waiting for
-            # _settle after the answer left it parked for replica.fetch.wait.max.ms.
-            part.watch(session)
-            cp.watched = part
+        if it.part is not None:
+            # A partition named before this broker had it (a follower that learned of a new topic
+            # first) is watched from its first read here, so that an append ends this fetch if it
+            # parks; watched only after the answer, it stayed parked for replica.fetch.wait.max.ms.
+            _watch(session, cp, it.part)
         items.append(it)
     return items
+
+
+def _watch(session: FetchSession, cp: CachedPartition, part: Partition) -> None:
+    """Make ``part`` tell ``session`` of its news; again only when the partition object changed
+    (a partition created, or recreated, after the session named it)."""
+    if cp.watched is not part:
+        part.watch(session)
+        cp.watched = part
 
 
 def _settle(ctx: RequestContext, session: FetchSession, items: list[_Item]) -> None:
@@ -228,9 +234,6 @@ def _settle(ctx: RequestContext, session: FetchSession, items: list[_Item]) -> N
         if part is None or it.error or fenced:
             dirty.add(key)  # looked at again until it answers normally
             continue
-        if cp.watched is not part:  # a partition created or recreated after the session named it
-            part.watch(session)
-            cp.watched = part
         ls = part.leader_state
         fs = ls.followers.get(replica) if ls is not None else None
         lg = part.log
