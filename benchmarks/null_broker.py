@@ -14,6 +14,13 @@ run the produce and consume workloads, with as little work per request as a Pyth
   1,024 records each), with only the base offset patched, so that any offset below the end offset
   produced so far can be served. A fetch at the end waits (up to max_wait_ms) for the next produce.
 
+``--validate`` makes it the ceiling of a broker that must validate what it stores: every produced
+batch goes through kbroker's own checks before it is counted (broker.append_path.validate_batches:
+the header and CRC, then every record, compressed batches decompressed in one streaming pass, at
+Kafka's default max.message.bytes), on the event loop, with kbroker's malloc settings; a batch that
+fails gets kbroker's error code. Nothing is stored, so what separates kbroker from this one is its
+log, not its validation (validation_ceiling.py).
+
 Several null brokers can pose as one cluster (``--node-id K --cluster HOST:PORT,...``, the
 listeners of all nodes in node-id order): each advertises every node in Metadata and leads
 partition p of every topic when ``p % N == K`` (replicas = ISR = [leader]); Produce, Fetch and
@@ -74,6 +81,7 @@ OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, UNSUPPO
 
 _I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
 _PROD_PART = struct.Struct(">ihqq")  # index, error_code, base_offset, log_append_time_ms
+MAX_MESSAGE_BYTES = 1048588  # Kafka's (and kbroker's) default max.message.bytes, for --validate
 
 
 class Topic:
@@ -103,6 +111,7 @@ class NullBroker:
         trace = os.environ.get("NULL_BROKER_TRACE")
         self.trace = open(trace, "a", buffering=1) if trace else None  # noqa: SIM115 - lives as long as the server
         self._connections = 0
+        self.validate: Callable[[memoryview], int] | None = None  # --validate: records -> error code
         self.versions: dict[int, tuple[int, int]] = dict(VERSIONS)
         # api key -> answer of a decoded request (Produce and Fetch have their own fast paths)
         self.handlers: dict[int, Callable[[Any, int], Any]] = {
@@ -228,6 +237,8 @@ class NullBroker:
                     out += _PROD_PART.pack(pd.index, UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
                 elif nodes and pd.index % nodes != me:
                     out += _PROD_PART.pack(pd.index, NOT_LEADER_OR_FOLLOWER, -1, -1)
+                elif self.validate is not None and (err := self.validate(pd.records)):
+                    out += _PROD_PART.pack(pd.index, err, -1, -1)
                 else:
                     base = t.end[pd.index]
                     t.end[pd.index] = base + count_records(pd.records)
@@ -490,10 +501,32 @@ def start_cluster(n: int, value_size: int = 1024, partitions: int = DEFAULT_PART
     return procs
 
 
+def kbroker_validation() -> Callable[[memoryview | None], int]:
+    """kbroker's produce-path validation of one partition's records, as an error code (0: valid);
+    applies kbroker's malloc settings too, since they decide what decompression buffers cost."""
+    from broker.append_path import validate_batches
+    from broker.malloc_tuning import tune_malloc
+    from protocol.errors import KafkaError
+
+    tune_malloc()
+
+    def check(records: memoryview | None) -> int:
+        if records is None:
+            return 0
+        try:
+            validate_batches(records, MAX_MESSAGE_BYTES)
+        except KafkaError as e:
+            return int(e.code)
+        return 0
+
+    return check
+
+
 def run_server(cls: type[NullBroker], host: str, port: int, value_size: int, *, partitions: int = DEFAULT_PARTITIONS,
-               node_id: int = NODE_ID, cluster: list[tuple[str, int]] | None = None) -> None:
+               node_id: int = NODE_ID, cluster: list[tuple[str, int]] | None = None, validate: bool = False) -> None:
     """Serve ``cls`` (this null broker or a subclass) until interrupted, on uvloop when installed;
-    ``cluster``: every node's listener (by node id), to be node ``node_id`` of a null cluster."""
+    ``cluster``: every node's listener (by node id), to be node ``node_id`` of a null cluster;
+    ``validate``: check every produced batch as kbroker does (see the module docstring)."""
     try:
         import uvloop
     except ImportError:
@@ -502,6 +535,8 @@ def run_server(cls: type[NullBroker], host: str, port: int, value_size: int, *, 
     async def run() -> None:
         b = cls(host, port, value_size)
         b.default_partitions = partitions
+        if validate:
+            b.validate = kbroker_validation()
         if cluster:
             b.join_cluster(node_id, cluster)
         print(f"{cls.__name__} node {b.node_id} on {host}:{port}", flush=True)
@@ -523,11 +558,13 @@ def main() -> int:
     ap.add_argument("--node-id", type=int, default=NODE_ID, help="this node's id in --cluster")
     ap.add_argument("--cluster", type=parse_nodes, metavar="HOST:PORT,...",
                     help="listeners of all nodes of a null cluster, in node-id order (this one's included)")
+    ap.add_argument("--validate", action="store_true",
+                    help="validate every produced batch with kbroker's own checks before counting it")
     args = ap.parse_args()
     if args.cluster and not (0 <= args.node_id < len(args.cluster) and args.cluster[args.node_id][1] == args.port):
         ap.error("--cluster must list this node's --port at position --node-id")
     run_server(NullBroker, args.host, args.port, args.value_size, partitions=args.partitions,
-               node_id=args.node_id, cluster=args.cluster)
+               node_id=args.node_id, cluster=args.cluster, validate=args.validate)
     return 0
 
 
