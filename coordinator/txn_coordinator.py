@@ -94,8 +94,14 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+# The fault-injection settings, read once: a broker's environment is fixed when it starts, and
+# reading os.environ at every transaction's three check points was 0.5% of a broker's CPU under CTP.
+_CRASH_POINT = os.environ.get("KBROKERTEST_CRASH_POINT")
+_DELAY_POINT, _, _DELAY_MS = os.environ.get("KBROKERTEST_DELAY_POINT", "").rpartition(":")
+
+
 def _crash_if(point: str) -> None:
-    if os.environ.get("KBROKERTEST_CRASH_POINT") == point:
+    if _CRASH_POINT == point:
         log.warning("fault injection: crashing at %s", point)
         logging.shutdown()
         os.kill(os.getpid(), signal.SIGKILL)
@@ -103,10 +109,9 @@ def _crash_if(point: str) -> None:
 
 async def _delay_if(point: str) -> None:
     """Test-only: ``KBROKERTEST_DELAY_POINT=<point>:<ms>`` pauses this coroutine (never the loop) at ``point``."""
-    name, _, ms = os.environ.get("KBROKERTEST_DELAY_POINT", "").rpartition(":")
-    if name == point and ms.isdigit():
-        log.warning("fault injection: delaying %s by %s ms", point, ms)
-        await asyncio.sleep(int(ms) / 1000)
+    if _DELAY_POINT == point and _DELAY_MS.isdigit():
+        log.warning("fault injection: delaying %s by %s ms", point, _DELAY_MS)
+        await asyncio.sleep(int(_DELAY_MS) / 1000)
 
 
 # How long AddPartitionsToTxn / AddOffsetsToTxn wait for a transaction still completing before
