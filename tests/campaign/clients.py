@@ -13,6 +13,7 @@ an abortable error aborts, a retriable commit is retried, a fatal one ends the c
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 from collections.abc import Callable
 
@@ -71,6 +72,10 @@ class ConfluentClient:
                  "retry.backoff.ms": 100}
         if txn_id:
             pconf.update({"transactional.id": txn_id, "transaction.timeout.ms": 10000})
+            # Diagnosis of a worker the watchdog ends: librdkafka's debug contexts for the
+            # transactional producer (e.g. "eos,protocol"), into the worker's log.
+            if debug := os.environ.get("KBROKERTEST_CAMPAIGN_TXN_DEBUG"):
+                pconf.update({"debug": debug, "log_level": 7})
         else:
             pconf["message.timeout.ms"] = 20000
         self.producer = Producer(pconf)

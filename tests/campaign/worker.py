@@ -18,8 +18,9 @@ started reading, so what it read is read again by the next one.
 
 After an indeterminate operation the client is torn down and a new one (a new Jepsen "process")
 takes over. A watchdog ends the worker (exit 3) when one operation blocks for ``--hang-s`` (a
-librdkafka call stuck past its timeout): the open invocation stays in the history, which makes it
-indeterminate; the runner starts the worker again with the next ``--restart``.
+librdkafka call stuck past its timeout, e.g. librdkafka#5511), after printing every thread's stack
+to the worker's log: the open invocation stays in the history, which makes it indeterminate; the
+runner starts the worker again with the next ``--restart``.
 
 ``--drain``: the final read. A fresh consumer assigns every key from the beginning and polls until
 each partition's position reaches its high watermark (read_committed: also past every transaction
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import os
 import random
 import sys
@@ -95,8 +97,9 @@ class Worker:
             time.sleep(1)
             started = self.op_started
             if started and time.monotonic() - started > self.args.hang_s:
-                print(f"worker {self.args.worker}: an operation blocked for {self.args.hang_s:.0f} s; exiting",
-                      file=sys.stderr, flush=True)
+                print(f"worker {self.args.worker}: an operation blocked for {self.args.hang_s:.0f} s; exiting "
+                      f"at {time.time():.3f}; where each thread was:", file=sys.stderr, flush=True)
+                faulthandler.dump_traceback(sys.stderr, all_threads=True)  # which call did not return
                 os._exit(3)
 
     # --- events ------------------------------------------------------------------------------
