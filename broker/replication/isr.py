@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from broker.partition import Partition
 from broker.replication.env import ReplicaEnv
 from broker.replication.high_watermark import HighWatermarks
-from broker.replication.leader import lag_clock_ms
+from broker.replication.leader import LeaderState, lag_clock_ms
 
 log = logging.getLogger("broker.replication.isr")
 
@@ -108,16 +108,17 @@ class IsrManager:
             return
         add, remove = list(add), list(remove)
         ls.pending_isr_adds = set(add)
-        ls.isr_change = asyncio.create_task(self._write(part, add, remove),
+        # The task gets the leader state it was decided under: leadership can be lost before the
+        # task first runs (part.leader_state is then None or a newer epoch's), and the write must
+        # then be dropped, not read the partition's current state.
+        ls.isr_change = asyncio.create_task(self._write(part, ls, add, remove),
                                             name=f"isr-{part.topic}-{part.index}")
 
-    async def _write(self, part: Partition, add: list[int], remove: list[int]) -> None:
+    async def _write(self, part: Partition, ls: LeaderState, add: list[int], remove: list[int]) -> None:
         from cluster.etcd_session import TRANSIENT_ERRORS
         from cluster.partition_state import PartitionStateStore
         from cluster.records import PartitionState
 
-        ls = part.leader_state
-        assert ls is not None
         md = self.env.metadata
         me = self.env.node_id
         cluster = self.env.cluster
