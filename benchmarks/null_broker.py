@@ -81,7 +81,6 @@ OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, UNSUPPO
 
 _I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
 _PROD_PART = struct.Struct(">ihqq")  # index, error_code, base_offset, log_append_time_ms
-MAX_MESSAGE_BYTES = 1048588  # Kafka's (and kbroker's) default max.message.bytes, for --validate
 
 
 class Topic:
@@ -111,7 +110,7 @@ class NullBroker:
         trace = os.environ.get("NULL_BROKER_TRACE")
         self.trace = open(trace, "a", buffering=1) if trace else None  # noqa: SIM115 - lives as long as the server
         self._connections = 0
-        self.validate: Callable[[memoryview], int] | None = None  # --validate: records -> error code
+        self.validate: Callable[[memoryview | None], int] | None = None  # --validate: records -> error code
         self.versions: dict[int, tuple[int, int]] = dict(VERSIONS)
         # api key -> answer of a decoded request (Produce and Fetch have their own fast paths)
         self.handlers: dict[int, Callable[[Any, int], Any]] = {
@@ -505,16 +504,18 @@ def kbroker_validation() -> Callable[[memoryview | None], int]:
     """kbroker's produce-path validation of one partition's records, as an error code (0: valid);
     applies kbroker's malloc settings too, since they decide what decompression buffers cost."""
     from broker.append_path import validate_batches
+    from broker.config.topic_defs import TOPIC_CONFIGS
     from broker.malloc_tuning import tune_malloc
     from protocol.errors import KafkaError
 
     tune_malloc()
+    max_message_bytes = int(TOPIC_CONFIGS["max.message.bytes"].default)  # a topic's default, as kbroker's
 
     def check(records: memoryview | None) -> int:
         if records is None:
             return 0
         try:
-            validate_batches(records, MAX_MESSAGE_BYTES)
+            validate_batches(records, max_message_bytes)
         except KafkaError as e:
             return int(e.code)
         return 0

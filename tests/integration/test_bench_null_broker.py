@@ -15,19 +15,17 @@ passes. Also: a `--quick` run must not write its report over the committed one.
 
 from __future__ import annotations
 
-import struct
 import sys
 import time
 from pathlib import Path
 
-import crc32c
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from kafka.protocol.producer import ProduceRequest
 
 from protocol.errors import ErrorCode
 from storage import batch as B
 from tests.helpers.wire import RawConnection
+from tests.integration.test_produce_validation import bad_length, produce
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "benchmarks")]
@@ -268,25 +266,6 @@ def test_replicating_null_brokers_with_transactions_run_the_txn_phases() -> None
             t.unlink(missing_ok=True)
 
 
-def _produce_raw(bootstrap: str, topic: str, records: bytes) -> tuple[int, int]:
-    """One acks=1 Produce v8 of ``records`` to partition 0: (error code, base offset)."""
-    P = ProduceRequest.TopicProduceData
-    req = ProduceRequest(version=8, transactional_id=None, acks=1, timeout_ms=5000,
-                         topic_data=[P(version=8, name=topic, partition_data=[
-                             P.PartitionProduceData(version=8, index=0, records=records)])])
-    with RawConnection(bootstrap) as conn:
-        r = conn.request(req, 8).responses[0].partition_responses[0]
-    return r.error_code, r.base_offset
-
-
-def _bad_record_length() -> bytes:
-    """A batch whose CRC is right but whose first record's length varint is not (INVALID_RECORD)."""
-    data = bytearray(B.build_batch([(b"k", b"value-a"), (b"k", b"value-b")]))
-    data[B.HEADER_SIZE] += 2
-    struct.pack_into(">I", data, B.CRC_OFFSET, crc32c.crc32c(bytes(data[B.ATTRIBUTES_OFFSET:])))
-    return bytes(data)
-
-
 @pytest.mark.parametrize("validate", [False, True], ids=["plain", "validate"])
 def test_a_validating_null_broker_refuses_what_kbroker_refuses(validate: bool) -> None:
     b = NullBrokerProcess(value_size=VALUE_SIZE, args=["--validate"] if validate else [])
@@ -294,12 +273,13 @@ def test_a_validating_null_broker_refuses_what_kbroker_refuses(validate: bool) -
     try:
         topic = wl.unique("nbv")
         wl.create_topic(b.bootstrap, topic)
-        err, _ = _produce_raw(b.bootstrap, topic, _bad_record_length())
-        # The plain null broker reads only batch headers; the validating one runs kbroker's checks.
-        assert err == (ErrorCode.INVALID_RECORD if validate else ErrorCode.NONE)
         good = B.build_batch([(None, b"v%d" % i) for i in range(100)], compression=3)  # lz4
-        err, base = _produce_raw(b.bootstrap, topic, good)
-        assert (err, base) == (ErrorCode.NONE, 0 if validate else 2)  # a refused batch is not counted
+        with RawConnection(b.bootstrap) as conn:  # Produce v8: the null broker serves v3-8
+            r = produce(conn, topic, bad_length(), version=8)
+            # The plain null broker reads only batch headers; the validating one runs kbroker's checks.
+            assert r.error_code == (ErrorCode.INVALID_RECORD if validate else ErrorCode.NONE)
+            r = produce(conn, topic, good, version=8)
+        assert (r.error_code, r.base_offset) == (ErrorCode.NONE, 0 if validate else 2)  # a refused batch is not counted
         res = wl.produce(b.bootstrap, b.pid, records=2000, size=VALUE_SIZE, compression="zstd")
         assert res["records"] == 2000
     finally:

@@ -14,11 +14,7 @@ from cluster.records import PartitionState
 
 
 class _Metadata:
-    def __init__(self) -> None:
-        self.lookups = 0
-
     def partition_state(self, topic: str, index: int) -> PartitionState:
-        self.lookups += 1
         return PartitionState(1, 0, (1, 2, 3), 0)
 
     def fenced(self) -> bool:
