@@ -1,15 +1,17 @@
 """Profile a 3-broker RF=3 cluster under an acks=all produce load: CPU per MB of the leader and of
 each follower, and where each spends it (py-spy, as benchmarks/profile_broker.py does for one broker).
 
-    .venv/bin/python benchmarks/profile_cluster.py [--records N] [--size B] [--partitions P]
-        [--no-profile] [--idle-partitions N] [--raw-dir /tmp/kbroker-profiles]
+    .venv/bin/python benchmarks/profile_cluster.py [--workload produce|txn] [--records N] [--size B]
+        [--partitions P] [--no-profile] [--strace] [--idle-partitions N] [--raw-dir /tmp/kbroker-profiles]
 
 Starts etcd and 3 kbroker processes on 127.0.0.1 (tests/helpers/cluster_proc.py) and one RF=3 topic
 whose every partition is led by broker 1 (explicit assignment), so broker 1 is the leader and brokers
 2 and 3 are its followers for all the load. ``--idle-partitions`` first creates that many other RF=3
 partitions (spread over the brokers) and leaves them idle. Each broker's user+system CPU over the
 produce phase is divided by the MB produced; with profiling on, each broker's hottest functions are
-printed (py-spy adds a little CPU to each broker alike). Every loop is bounded in records and time.
+printed (py-spy adds a little CPU to each broker alike). ``--strace`` also counts each broker's
+system calls over the phase (``strace -c -f``; it slows the brokers several-fold, so read its
+counts, not the rates). Every loop is bounded in records and time.
 Before the load a page-cache ballast (lib_page_cache.py) fills the memory the VM has free, so the logs
 are written into memory in use (``--cold-memory``: not; on this VM that adds ~2.5 CPU-ms per MB
 each broker writes into memory new to it).
@@ -81,6 +83,7 @@ def main() -> int:
     ap.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     ap.add_argument("--native", action="store_true", help="py-spy --native: C frames too")
     ap.add_argument("--top", type=int, default=18)
+    ap.add_argument("--strace", action="store_true", help="also count each broker's syscalls (strace -c -f)")
     ap.add_argument("--raw-dir", default="/tmp/kbroker-profiles")
     ap.add_argument("--cold-memory", action="store_true", help="no page-cache ballast before the load")
     args = ap.parse_args()
@@ -111,7 +114,7 @@ def main() -> int:
             if not args.cold_memory:
                 print(f"page-cache ballast: {ballast.top_up()}")
             spies = {} if args.no_profile else {
-                n: Spy(pid, raw_dir / f"cluster-{stamp}-broker{n}.folded", args.rate, args.native, False)
+                n: Spy(pid, raw_dir / f"cluster-{stamp}-broker{n}.folded", args.rate, args.native, args.strace)
                 for n, pid in pids.items()}
             for s in spies.values():
                 s.start()
@@ -124,8 +127,7 @@ def main() -> int:
                 fig = wl.transactions(bs, None, seconds=args.seconds, size=100)
             cpu1 = {n: process_cpu(pid) or 0.0 for n, pid in pids.items()}
             thr1 = {n: thread_cpu(pid) for n, pid in pids.items()}
-            for s in spies.values():
-                s.stop()
+            straced = {n: s.stop() for n, s in spies.items()}
         finally:
             cluster.stop()
             etcd.stop()
@@ -145,6 +147,8 @@ def main() -> int:
     for n, s in sorted(spies.items()):
         role = "" if args.workload == "txn" else f" ({'leader' if n == 1 else 'follower'})"
         print(render(summarise(load_folded(s.raw), args.top), f"broker {n}{role}"))
+        if straced.get(n):
+            print(f"\nbroker {n}: syscalls during the phase (strace -c -f)\n\n```\n{straced[n].strip()}\n```\n")
     return 0
 
 

@@ -18,12 +18,21 @@ each, for ``--seconds``; reported are the round trip and each process's user+sys
 
 Rounds alternate between the kbroker cluster and the null one, each started afresh. Prints every
 round and writes ``benchmarks/results/replicated_write_cost.md``. Every loop is bounded in time.
+
+``--cprofile DIR`` instead runs the kbroker RF=3 setup once with each broker under cProfile
+(``KBROKERTEST_CPROFILE``, broker/serve.py; stats in DIR, outside the repository) and prints, per
+broker, Python function calls per write and the functions with the most self time per write.
+cProfile's own cost is about 1 µs per call, so its times are not the brokers' (use the CPU figures
+of a normal run for those); the call counts are exact, and they are what a leaner path removes.
+A coroutine counts one "call" per resumption, and the self time of a long-lived coroutine (the
+follower's fetch loop, ``_connect``) takes in what ran while it was suspended: read past those rows.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import pstats
 import shutil
 import statistics
 import sys
@@ -73,11 +82,14 @@ def sequential(bootstrap: str, topic: str, pids: list[int], seconds: float, size
     return {"writes": n, "us_per_write": wall * 1e6 / n, "cpu_us": cpu}
 
 
-def kbroker_round(seconds: float, size: int) -> dict[str, dict[str, object]]:
+def kbroker_round(seconds: float, size: int, cprofile: Path | None = None) -> dict[str, dict[str, object]]:
     root = Path(tempfile.mkdtemp(prefix="kbroker-rwc-"))
     etcd = EtcdProcess(root / "etcd")
     etcd.start()
     cluster = BrokerCluster(etcd, root, 3)
+    if cprofile is not None:
+        for n, b in cluster.brokers.items():
+            b.env["KBROKERTEST_CPROFILE"] = str(cprofile / f"broker{n}.pstats")
     try:
         cluster.start()
         bootstrap = cluster.bootstrap
@@ -89,6 +101,8 @@ def kbroker_round(seconds: float, size: int) -> dict[str, dict[str, object]]:
             f.result(120)
         _wait_isr(bootstrap, "rwc-rf3")
         pids = [cluster.brokers[i].proc.pid for i in (1, 2, 3)]
+        if cprofile is not None:
+            return {"kbroker RF=3": sequential(bootstrap, "rwc-rf3", pids, seconds, size)}
         return {"kbroker RF=3": sequential(bootstrap, "rwc-rf3", pids, seconds, size),
                 "kbroker RF=1": sequential(bootstrap, "rwc-rf1", pids, seconds, size)}
     finally:
@@ -108,12 +122,35 @@ def null_round(seconds: float, size: int) -> dict[str, dict[str, object]]:
             n.stop()
 
 
+def print_cprofile(path: Path, writes: int, role: str, top: int = 25) -> None:
+    """Calls and self time per write of one broker's cProfile stats (warm-up writes included in the
+    divisor: 200 of them, all of the same kind)."""
+    st = pstats.Stats(str(path))
+    rows = []
+    for (file, line, func), (_cc, calls, self_s, _cum, _callers) in st.stats.items():  # type: ignore[attr-defined]
+        where = file.split(str(ROOT) + "/")[-1].split("site-packages/")[-1].split("lib/python3.11/")[-1]
+        rows.append((self_s, calls, f"{func} ({where}:{line})"))
+    calls = sum(r[1] for r in rows)
+    print(f"\n## {path.stem} ({role}): {calls / writes:.0f} Python-level calls per write\n")
+    print("| self µs per write (under cProfile) | calls per write | function |\n| ---: | ---: | --- |")
+    for self_s, n, name in sorted(rows, reverse=True)[:top]:
+        print(f"| {self_s * 1e6 / writes:.1f} | {n / writes:.2f} | `{name}` |")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--cprofile", type=Path, help="one kbroker RF=3 run under cProfile, stats in this directory")
     args = ap.parse_args()
+    if args.cprofile is not None:
+        args.cprofile.mkdir(parents=True, exist_ok=True)
+        fig = kbroker_round(args.seconds, args.size, args.cprofile.resolve())["kbroker RF=3"]
+        print(f"kbroker RF=3 under cProfile: {fig['writes']} writes, {fig['us_per_write']:.0f} µs each")
+        for n, role in ((1, "leader"), (2, "follower"), (3, "follower")):
+            print_cprofile(args.cprofile / f"broker{n}.pstats", int(fig["writes"]) + 200, role)  # type: ignore[call-overload]
+        return 0
     runs: dict[str, list[dict[str, object]]] = {}
     for r in range(args.rounds):
         order = (kbroker_round, null_round) if r % 2 == 0 else (null_round, kbroker_round)

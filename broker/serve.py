@@ -134,7 +134,18 @@ def main(argv: list[str] | None = None) -> int:
         runner = uvloop.run
     except ImportError:  # pragma: no cover - uvloop is a dependency; keep a fallback for odd platforms
         runner = asyncio.run
-    return runner(_serve(config))
+    profile_to = os.environ.get("KBROKERTEST_CPROFILE")
+    if not profile_to:
+        return runner(_serve(config))
+    # Benchmark aid (benchmarks/replicated_write_cost.py --cprofile): the whole run under cProfile,
+    # its stats written on a clean stop.
+    import cProfile
+
+    prof = cProfile.Profile()
+    try:
+        return prof.runcall(runner, _serve(config))
+    finally:
+        prof.dump_stats(profile_to)
 
 
 async def _serve(config: BrokerConfig) -> int:
