@@ -48,6 +48,7 @@ import null_replicating_broker as nrb  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from lib_meter import process_cpu  # noqa: E402
+from profile_broker import short  # noqa: E402
 from profile_cluster import _wait_isr  # noqa: E402
 
 from tests.helpers.cluster_proc import BrokerCluster  # noqa: E402
@@ -128,8 +129,7 @@ def print_cprofile(path: Path, writes: int, role: str, top: int = 25) -> None:
     st = pstats.Stats(str(path))
     rows = []
     for (file, line, func), (_cc, calls, self_s, _cum, _callers) in st.stats.items():  # type: ignore[attr-defined]
-        where = file.split(str(ROOT) + "/")[-1].split("site-packages/")[-1].split("lib/python3.11/")[-1]
-        rows.append((self_s, calls, f"{func} ({where}:{line})"))
+        rows.append((self_s, calls, short(f"{func} ({file}:{line})")))  # profile_broker's naming
     calls = sum(r[1] for r in rows)
     print(f"\n## {path.stem} ({role}): {calls / writes:.0f} Python-level calls per write\n")
     print("| self µs per write (under cProfile) | calls per write | function |\n| ---: | ---: | --- |")
