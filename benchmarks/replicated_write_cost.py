@@ -57,6 +57,9 @@ from tests.helpers.etcd_proc import EtcdProcess  # noqa: E402
 REPORT = HERE / "results" / "replicated_write_cost.md"
 
 
+WARM_UP_WRITES = 200  # before the timed writes: connections, metadata, the partition's first segment
+
+
 class _Quiet:
     def log(self, *_a: object) -> None:
         pass
@@ -67,7 +70,7 @@ def sequential(bootstrap: str, topic: str, pids: list[int], seconds: float, size
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0, "enable.idempotence": False,
                   "logger": _Quiet()})
     value = os.urandom(size)
-    for _ in range(200):  # warm-up: connections, metadata, the partition's first segment
+    for _ in range(WARM_UP_WRITES):
         p.produce(topic, value, partition=0)
         if p.flush(30):
             raise RuntimeError("warm-up write not acknowledged")
@@ -124,8 +127,8 @@ def null_round(seconds: float, size: int) -> dict[str, dict[str, object]]:
 
 
 def print_cprofile(path: Path, writes: int, role: str, top: int = 25) -> None:
-    """Calls and self time per write of one broker's cProfile stats (warm-up writes included in the
-    divisor: 200 of them, all of the same kind)."""
+    """Calls and self time per write of one broker's cProfile stats (``writes`` includes the warm-up
+    writes, which are of the same kind)."""
     st = pstats.Stats(str(path))
     rows = []
     for (file, line, func), (_cc, calls, self_s, _cum, _callers) in st.stats.items():  # type: ignore[attr-defined]
@@ -149,7 +152,7 @@ def main() -> int:
         fig = kbroker_round(args.seconds, args.size, args.cprofile.resolve())["kbroker RF=3"]
         print(f"kbroker RF=3 under cProfile: {fig['writes']} writes, {fig['us_per_write']:.0f} µs each")
         for n, role in ((1, "leader"), (2, "follower"), (3, "follower")):
-            print_cprofile(args.cprofile / f"broker{n}.pstats", int(fig["writes"]) + 200, role)  # type: ignore[call-overload]
+            print_cprofile(args.cprofile / f"broker{n}.pstats", int(fig["writes"]) + WARM_UP_WRITES, role)  # type: ignore[call-overload]
         return 0
     runs: dict[str, list[dict[str, object]]] = {}
     for r in range(args.rounds):
